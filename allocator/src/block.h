@@ -1,0 +1,98 @@
+// block.h — segments, blocks, and the size classes that decide which pool serves what.
+//
+// A Segment is one reserved virtual range with physical memory mapped behind it. It is
+// cut into Blocks, each either handed out (kAllocated), waiting for other streams to
+// finish with it (kAwaitingEvents), or cached (kFree).
+//
+// Invariants (checked by Pool::check_invariants()):
+//   * Blocks tile their segment: first->addr == segment->addr, b->next->addr ==
+//     b->addr + b->size, and the sizes add up to segment->size. prev/next are mutual.
+//   * Free neighbours are merged: two adjacent kFree blocks never have compatible
+//     stream tags (see Note [Stream tags]).
+//   * A block is in its pool's free set iff it is kFree; it is in the allocated map iff
+//     it is kAllocated or kAwaitingEvents.
+//   * Byte identities (Stats): reserved == active + cached_free, active == allocated +
+//     awaiting_events, and every current figure equals a walk over the blocks.
+//
+// Note [Stream tags]
+// ~~~~~~~~~~~~~~~~~~
+// A block remembers the stream it was allocated on. When it is freed, kernels already
+// queued on that stream may still be using it, so it may be reused on that stream (whose
+// later work runs after them) but not on another. A free block tagged kAnyStream is known
+// to be idle and can serve any stream. Blocks get that tag when the engine fences their
+// stream (Engine::fence_streams_locked) or when they were only ever used on a stream
+// whose work is synchronous (the simulated device's stream 0). Two free neighbours merge
+// when their tags are equal, or when one is kAnyStream (the merged block keeps the
+// specific tag: restricting reuse is always safe).
+//
+// Streams that used a block through record_stream() are a separate matter: the block
+// waits in kAwaitingEvents until events recorded on those streams complete.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend.h"
+
+namespace pyalloc {
+
+constexpr StreamId kAnyStream = ~StreamId{0};
+
+// Size classes (the same numbers PyTorch's caching allocator uses, so that figures are
+// comparable; see docs/design.md "Pools and rounding"):
+constexpr std::size_t kMinBlockSize = 512;                     // every size rounds up to this
+constexpr std::size_t kSmallSize = std::size_t{1} << 20;       // <= 1 MiB: small pool
+constexpr std::size_t kSmallSegment = std::size_t{2} << 20;    // small pool segment size
+constexpr std::size_t kLargeSegment = std::size_t{20} << 20;   // segment for 1-10 MiB requests
+constexpr std::size_t kMinLargeAlloc = std::size_t{10} << 20;  // >= this: segment fits request
+constexpr std::size_t kRoundLarge = std::size_t{2} << 20;      // large segments round to this
+// An oversize request (>= max_split_size) accepts a cached block at most this much larger.
+constexpr std::size_t kMaxNonSplitRounding = std::size_t{20} << 20;
+
+enum class PoolKind : std::uint8_t { kSmall = 0, kLarge = 1 };
+enum class BlockState : std::uint8_t { kFree, kAllocated, kAwaitingEvents };
+
+inline std::size_t round_up(std::size_t n, std::size_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+inline std::size_t round_size(std::size_t size) {
+  return size < kMinBlockSize ? kMinBlockSize : round_up(size, kMinBlockSize);
+}
+inline PoolKind pool_for(std::size_t rounded) {
+  return rounded <= kSmallSize ? PoolKind::kSmall : PoolKind::kLarge;
+}
+// The segment a cache miss asks the device for: small requests share 2 MiB segments,
+// mid-size ones share 20 MiB segments, large ones get a segment of their own size.
+inline std::size_t preferred_segment_size(std::size_t rounded) {
+  if (rounded <= kSmallSize) return kSmallSegment;
+  if (rounded < kMinLargeAlloc) return kLargeSegment;
+  return round_up(rounded, kRoundLarge);
+}
+
+struct Segment;
+
+struct Block {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;       // rounded; what the block occupies
+  std::size_t requested = 0;  // what the caller asked for (allocated blocks only)
+  Segment* segment = nullptr;
+  Block* prev = nullptr;  // address-ordered neighbours inside the segment
+  Block* next = nullptr;
+  StreamId stream = 0;  // see Note [Stream tags]
+  BlockState state = BlockState::kFree;
+  int pending_events = 0;             // kAwaitingEvents: events not yet complete
+  std::vector<StreamId> stream_uses;  // other streams that used it (record_stream)
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+struct Segment {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  PoolKind pool = PoolKind::kLarge;
+  PhysicalHandle physical;
+  Block* first = nullptr;
+};
+
+}  // namespace pyalloc

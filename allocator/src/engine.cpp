@@ -1,0 +1,224 @@
+// engine.cpp — the public operations of Engine; the reclaim ladder is in reclaim.cpp.
+#include "engine.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+namespace pyalloc {
+namespace {
+
+std::string hex(std::uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, v);
+  return buf;
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
+    : backend_(std::move(backend)),
+      options_(options),
+      device_total_(backend_->mem_info().total_bytes),
+      pool_(options.max_split_size),
+      budget_(options.budget_for(device_total_)) {}
+
+Engine::~Engine() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_events_locked(/*wait=*/true);
+  release_cached_locked();
+  for (EventId e : spare_events_) backend_->destroy_event(e);
+}
+
+void Engine::after_op_locked() {
+  if (!options_.check_invariants) return;
+  std::string violation = pool_.check_invariants();
+  if (!violation.empty()) {
+    std::fprintf(stderr, "pyalloc: invariant violated: %s\n", violation.c_str());
+    std::abort();  // requested by the check_invariants option: stop at the first violation
+  }
+}
+
+void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (size > kMaxRequest || round_size(size) > budget_) {
+    ++pool_.stats().num_ooms;
+    *error = oom_report_locked(size, size > kMaxRequest ? size : round_size(size), stream);
+    return nullptr;
+  }
+  const std::size_t rounded = round_size(size);
+  if (!pending_.empty()) process_events_locked(/*wait=*/false);
+
+  Block* block = find_cached_locked(rounded, stream);
+  if (!block) block = grow_locked(rounded);
+  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream);
+  if (!block) {
+    ++pool_.stats().num_alloc_retries;
+    if (release_cached_locked()) block = grow_locked(rounded);
+  }
+  if (!block) {
+    ++pool_.stats().num_ooms;
+    *error = oom_report_locked(size, rounded, stream);
+    after_op_locked();
+    return nullptr;
+  }
+  pool_.take(block, rounded, size, stream);
+  after_op_locked();
+  return reinterpret_cast<void*>(block->addr);
+}
+
+std::string Engine::free(void* ptr, std::size_t expected_size) {
+  auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = pool_.find_allocated(addr);
+  if (!block) {
+    ++pool_.stats().num_invalid_frees;
+    return "invalid free: " + pool_.describe_unknown_pointer(addr);
+  }
+  if (expected_size != SIZE_MAX && expected_size != block->requested) {
+    ++pool_.stats().num_invalid_frees;
+    return "invalid free of " + hex(addr) + ": the caller says it holds " +
+           std::to_string(expected_size) + " bytes but it was allocated with " +
+           std::to_string(block->requested) + "; the block was left allocated (pass the size "
+           "given to malloc)";
+  }
+  if (block->stream_uses.empty()) {
+    pool_.release(block);
+    after_op_locked();
+    return "";
+  }
+  // Other streams used it: reusable once each of them has passed this point.
+  PendingFree pending{block, {}};
+  for (StreamId s : block->stream_uses) {
+    EventId e = acquire_event_locked();
+    if (!backend_->record_event(e, s)) {
+      // The stream is gone or invalid; the only safe fallback is to wait for everything.
+      spare_events_.push_back(e);
+      backend_->synchronize_device();
+      ++pool_.stats().num_sync_all_streams;
+      continue;
+    }
+    pending.events.push_back(e);
+  }
+  if (pending.events.empty()) {
+    pool_.release(block);
+  } else {
+    pool_.mark_awaiting(block);
+    pending_.push_back(std::move(pending));
+  }
+  after_op_locked();
+  return "";
+}
+
+std::string Engine::record_stream(void* ptr, StreamId stream) {
+  auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = pool_.find_allocated(addr);
+  if (!block) return "record_stream: " + pool_.describe_unknown_pointer(addr);
+  if (stream == kAnyStream) return "record_stream: stream " + hex(stream) + " is reserved";
+  if (stream == block->stream) return "";
+  for (StreamId s : block->stream_uses) {
+    if (s == stream) return "";
+  }
+  block->stream_uses.push_back(stream);
+  return "";
+}
+
+EventId Engine::acquire_event_locked() {
+  if (spare_events_.empty()) return backend_->create_event();
+  EventId e = spare_events_.back();
+  spare_events_.pop_back();
+  return e;
+}
+
+void Engine::process_events_locked(bool wait) {
+  std::size_t kept = 0;
+  for (PendingFree& p : pending_) {
+    bool done = true;
+    for (EventId e : p.events) {
+      if (wait) backend_->synchronize_event(e);
+      else if (!backend_->query_event(e)) {
+        done = false;
+        break;
+      }
+    }
+    if (!done) {
+      pending_[kept++] = std::move(p);
+      continue;
+    }
+    for (EventId e : p.events) spare_events_.push_back(e);
+    pool_.release(p.block);
+  }
+  pending_.resize(kept);
+}
+
+void Engine::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_events_locked(/*wait=*/false);
+  release_cached_locked();
+  after_op_locked();
+}
+
+std::string Engine::set_budget(std::size_t bytes) {
+  if (bytes == 0) return "budget must be positive";
+  std::lock_guard<std::mutex> lock(mutex_);
+  budget_ = bytes;
+  if (static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current) > budget_) {
+    release_cached_locked();
+  }
+  return "";
+}
+
+std::string Engine::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return "memory fraction " + std::to_string(fraction) + " is out of range: expected a value "
+           "in (0, 1]";
+  }
+  return set_budget(static_cast<std::size_t>(fraction * static_cast<double>(device_total_)));
+}
+
+std::size_t Engine::budget() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return budget_;
+}
+
+std::string Engine::stats_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  char extra[256];
+  std::snprintf(extra, sizeof extra,
+                "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu",
+                budget_, device_total_, pending_.size());
+  return pyalloc::stats_json(pool_.stats(), pool_.fragmentation(), extra);
+}
+
+std::string Engine::snapshot_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string pool = pool_.snapshot_json();
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "{\"device\":%d,\"backend\":\"%s\",\"budget_bytes\":%zu,",
+                backend_->device(), backend_->name(), budget_);
+  return head + pool.substr(1);  // splice the pool's object into ours
+}
+
+std::string Engine::check_invariants() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pool_.check_invariants();
+}
+
+std::int64_t Engine::live_blocks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pool_.stats().active[kAllPools].current;
+}
+
+void Engine::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pool_.stats().reset_peaks();
+}
+
+void Engine::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pool_.stats().reset_accumulated();
+}
+
+}  // namespace pyalloc

@@ -1,0 +1,97 @@
+// engine.h — one caching allocator per device: the lock, the budget, the reclaim ladder.
+//
+// The Engine owns a Backend (the device) and a Pool (the blocks). malloc() walks the
+// reclaim ladder in reclaim.cpp — a chain of named steps, each counted — until a block
+// is found or the request is reported as out of memory.
+//
+// Concurrency: one plain (non-recursive) mutex, `mutex_`, guards the pool, the pending
+// frees, the event cache and the budget. Public methods take it; `*_locked` helpers
+// assume it. Nothing calls out of the engine (into Python, observers or callbacks)
+// while holding it. Backend calls are made under the lock: they never call back in.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "options.h"
+#include "pool.h"
+
+namespace pyalloc {
+
+// Requests above this are rejected outright: rounding them would overflow, and no device
+// comes close to 2^62 bytes.
+constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Backend> backend, const Options& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Returns a block of at least `size` bytes usable on `stream`, or nullptr with *error
+  // set to a full out-of-memory report (the only way it fails). `stream` must not be
+  // kAnyStream (the C API checks). size 0 gets a unique minimum-size block, so
+  // every successful call returns a distinct pointer that must be freed.
+  void* malloc(std::size_t size, StreamId stream, std::string* error);
+  // Returns "" or an error naming the problem; never throws. `expected_size` is the size
+  // the caller believes it allocated (PyTorch passes it), or SIZE_MAX to skip the check.
+  // A pointer that fails a check is left untouched: leaking is safer than corrupting.
+  std::string free(void* ptr, std::size_t expected_size);
+  // The block at `ptr` is also used on `stream`: on free, it is not reused until work
+  // enqueued on `stream` so far has completed.
+  std::string record_stream(void* ptr, StreamId stream);
+  // Releases every cached segment that holds no live block back to the device.
+  void empty_cache();
+
+  // Budget: a hard cap on reserved bytes. Lowering it below what is reserved releases
+  // cached segments; live memory is never taken away.
+  std::string set_budget(std::size_t bytes);
+  std::string set_memory_fraction(double fraction);
+  std::size_t budget() const;
+
+  std::string stats_json();
+  std::string snapshot_json();
+  std::string check_invariants();
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  // Blocks handed out or awaiting other streams.
+  std::int64_t live_blocks();
+
+  Backend& backend() { return *backend_; }
+  const Options& options() const { return options_; }
+
+ private:
+  // --- the reclaim ladder (reclaim.cpp) ---
+  Block* find_cached_locked(std::size_t rounded, StreamId stream);
+  Block* grow_locked(std::size_t rounded);
+  bool fence_streams_locked(StreamId stream);
+  bool release_cached_locked();
+  std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
+
+  // --- events for record_stream ---
+  struct PendingFree {
+    Block* block;
+    std::vector<EventId> events;
+  };
+  void process_events_locked(bool wait);
+  EventId acquire_event_locked();
+
+  void after_op_locked();  // the check_invariants option
+
+  const std::unique_ptr<Backend> backend_;
+  const Options options_;
+  const std::size_t device_total_;
+
+  mutable std::mutex mutex_;
+  Pool pool_;                          // guarded by mutex_
+  std::size_t budget_;                 // guarded by mutex_
+  std::vector<PendingFree> pending_;   // guarded by mutex_
+  std::vector<EventId> spare_events_;  // guarded by mutex_
+};
+
+}  // namespace pyalloc

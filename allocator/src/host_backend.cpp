@@ -1,0 +1,349 @@
+// host_backend.cpp — see host_backend.h.
+#include "host_backend.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace pyalloc {
+namespace {
+
+thread_local std::string t_last_error;
+
+void set_error(const std::string& what) { t_last_error = what; }
+
+std::string errno_text(const char* call) {
+  return std::string(call) + " failed: " + std::strerror(errno);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Events and streams
+// ---------------------------------------------------------------------------------------
+
+// An event counts how many times it was recorded and how many of those points its stream
+// has passed. It is complete when every recording so far has been passed, which gives
+// CUDA's semantics: a never-recorded event is complete, and re-recording moves the point.
+struct HostEvent {
+  std::mutex mutex;
+  std::condition_variable passed_cv;
+  std::uint64_t recorded = 0;  // guarded by mutex
+  std::uint64_t passed = 0;    // guarded by mutex
+
+  void wait_for(std::uint64_t target) {
+    std::unique_lock<std::mutex> lock(mutex);
+    passed_cv.wait(lock, [&] { return passed >= target; });
+  }
+  void mark_passed(std::uint64_t point) {
+    // Notify under the lock: a waiter may destroy the event (synchronize_stream keeps one
+    // on its stack) as soon as it can observe `passed`, so the notify must happen first.
+    std::lock_guard<std::mutex> lock(mutex);
+    passed = std::max(passed, point);
+    passed_cv.notify_all();
+  }
+};
+
+// One worker thread running tasks in submission order. Thread safety: `push` and
+// `set_delay` may be called from any thread; tasks run only on the worker.
+class HostStream {
+ public:
+  HostStream() : worker_([this] { run(); }) {}
+  ~HostStream() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();  // drains the queue first: destroying a stream completes its work
+  }
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+  void set_delay(unsigned us) { delay_us_.store(us); }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (unsigned us = delay_us_.load()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  bool stopping_ = false;                    // guarded by mutex_
+  std::atomic<unsigned> delay_us_{0};
+  std::thread worker_;  // last: starts after the members above exist
+};
+
+// ---------------------------------------------------------------------------------------
+// Construction and memory
+// ---------------------------------------------------------------------------------------
+
+std::unique_ptr<HostBackend> HostBackend::create(std::size_t capacity, std::string* error) {
+  std::size_t rounded = (capacity + kChunk - 1) / kChunk * kChunk;
+  if (rounded == 0 || rounded / kChunk > UINT32_MAX) {
+    *error = "simulated device capacity " + std::to_string(capacity) +
+             " bytes is out of range: use between 2 MiB and 8 PiB (option sim_capacity)";
+    return nullptr;
+  }
+  int fd = memfd_create("pyalloc-simulated-device", MFD_CLOEXEC);
+  if (fd < 0) {
+    *error = errno_text("memfd_create") + "; the simulated device needs Linux memfd support";
+    return nullptr;
+  }
+  // The file is sparse: pages cost host memory only once written.
+  if (ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
+    *error = errno_text("ftruncate of the simulated device");
+    close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<HostBackend>(new HostBackend(fd, rounded));
+}
+
+HostBackend::HostBackend(int fd, std::size_t capacity)
+    : fd_(fd), chunk_count_(capacity / kChunk) {
+  free_chunks_.reserve(chunk_count_);
+  // Highest index at the bottom of the stack, so chunks are handed out in file order.
+  for (std::size_t i = chunk_count_; i-- > 0;) free_chunks_.push_back(static_cast<std::uint32_t>(i));
+}
+
+HostBackend::~HostBackend() {
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    streams_.clear();
+  }
+  close(fd_);
+}
+
+MemInfo HostBackend::mem_info() {
+  std::lock_guard<std::mutex> lock(chunk_mutex_);
+  return {free_chunks_.size() * kChunk, chunk_count_ * kChunk};
+}
+
+std::string HostBackend::last_error() const { return t_last_error; }
+
+std::uintptr_t HostBackend::reserve(std::size_t bytes) {
+  // Over-reserve by one chunk and trim, so ranges are chunk-aligned like CUDA's.
+  std::size_t span = bytes + kChunk;
+  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    set_error(errno_text("mmap(PROT_NONE) reservation"));
+    return 0;
+  }
+  auto base = reinterpret_cast<std::uintptr_t>(p);
+  std::uintptr_t aligned = (base + kChunk - 1) / kChunk * kChunk;
+  if (aligned > base) munmap(p, aligned - base);
+  std::size_t tail = base + span - (aligned + bytes);
+  if (tail) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return aligned;
+}
+
+void HostBackend::unreserve(std::uintptr_t va, std::size_t bytes) {
+  munmap(reinterpret_cast<void*>(va), bytes);
+}
+
+PhysicalHandle HostBackend::create_physical(std::size_t bytes) {
+  std::size_t n = (bytes + kChunk - 1) / kChunk;
+  std::lock_guard<std::mutex> lock(chunk_mutex_);
+  if (n == 0 || n > free_chunks_.size()) {
+    set_error("simulated device out of memory: " + std::to_string(n) + " chunks of 2 MiB asked, " +
+              std::to_string(free_chunks_.size()) + " free");
+    return {};
+  }
+  std::vector<std::uint32_t> chunks(free_chunks_.end() - static_cast<std::ptrdiff_t>(n),
+                                    free_chunks_.end());
+  free_chunks_.resize(free_chunks_.size() - n);
+  std::reverse(chunks.begin(), chunks.end());  // ascending, so runs map in one mmap
+  std::uintptr_t handle = next_handle_++;
+  physical_.emplace(handle, std::move(chunks));
+  return {handle, n * kChunk};
+}
+
+void HostBackend::release_physical(PhysicalHandle phys) {
+  std::vector<std::uint32_t> chunks;
+  {
+    std::lock_guard<std::mutex> lock(chunk_mutex_);
+    auto it = physical_.find(phys.handle);
+    if (it == physical_.end()) return;
+    chunks = std::move(it->second);
+    physical_.erase(it);
+  }
+  // Give the RAM back to the host: a simulated device that never shrinks would make a
+  // laptop swap after one large run.
+  for (std::uint32_t c : chunks) {
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+              static_cast<off_t>(c) * static_cast<off_t>(kChunk), static_cast<off_t>(kChunk));
+  }
+  std::lock_guard<std::mutex> lock(chunk_mutex_);
+  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) free_chunks_.push_back(*it);
+}
+
+bool HostBackend::map(std::uintptr_t va, PhysicalHandle phys) {
+  std::vector<std::uint32_t> chunks;
+  {
+    std::lock_guard<std::mutex> lock(chunk_mutex_);
+    auto it = physical_.find(phys.handle);
+    if (it == physical_.end()) {
+      set_error("map: unknown physical handle");
+      return false;
+    }
+    chunks = it->second;
+  }
+  // One mmap per run of consecutive chunks.
+  std::size_t i = 0;
+  while (i < chunks.size()) {
+    std::size_t j = i + 1;
+    while (j < chunks.size() && chunks[j] == chunks[j - 1] + 1) ++j;
+    void* want = reinterpret_cast<void*>(va + i * kChunk);
+    void* got = mmap(want, (j - i) * kChunk, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+                     static_cast<off_t>(chunks[i]) * static_cast<off_t>(kChunk));
+    if (got == MAP_FAILED) {
+      set_error(errno_text("mmap of simulated device memory"));
+      unmap(va, i * kChunk);
+      return false;
+    }
+    i = j;
+  }
+  return true;
+}
+
+void HostBackend::unmap(std::uintptr_t va, std::size_t bytes) {
+  if (bytes == 0) return;
+  // Put the range back to PROT_NONE rather than munmap it: the reservation stays ours.
+  mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams and events
+// ---------------------------------------------------------------------------------------
+
+StreamId HostBackend::create_stream() {
+  auto stream = std::make_unique<HostStream>();
+  auto id = reinterpret_cast<StreamId>(stream.get());
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  streams_.emplace(id, std::move(stream));
+  return id;
+}
+
+void HostBackend::destroy_stream(StreamId stream) {
+  std::unique_ptr<HostStream> doomed;
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return;
+    doomed = std::move(it->second);
+    streams_.erase(it);
+  }
+  // ~HostStream drains the queue outside the registry lock.
+}
+
+HostStream* HostBackend::find_stream(StreamId stream) {
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+bool HostBackend::enqueue(StreamId stream, std::function<void()> work) {
+  if (stream == 0) {
+    work();
+    return true;
+  }
+  HostStream* s = find_stream(stream);
+  if (!s) {
+    set_error("unknown simulated stream " + std::to_string(stream));
+    return false;
+  }
+  s->push(std::move(work));
+  return true;
+}
+
+void HostBackend::set_stream_delay_us(StreamId stream, unsigned microseconds) {
+  if (HostStream* s = find_stream(stream)) s->set_delay(microseconds);
+}
+
+EventId HostBackend::create_event() { return reinterpret_cast<EventId>(new HostEvent); }
+
+void HostBackend::destroy_event(EventId event) { delete reinterpret_cast<HostEvent*>(event); }
+
+bool HostBackend::record_event(EventId event, StreamId stream) {
+  auto* e = reinterpret_cast<HostEvent*>(event);
+  std::uint64_t point;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    point = ++e->recorded;
+  }
+  return enqueue(stream, [e, point] { e->mark_passed(point); });
+}
+
+bool HostBackend::query_event(EventId event) {
+  auto* e = reinterpret_cast<HostEvent*>(event);
+  std::lock_guard<std::mutex> lock(e->mutex);
+  return e->passed >= e->recorded;
+}
+
+void HostBackend::synchronize_event(EventId event) {
+  auto* e = reinterpret_cast<HostEvent*>(event);
+  std::uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    target = e->recorded;
+  }
+  e->wait_for(target);
+}
+
+bool HostBackend::stream_wait_event(StreamId stream, EventId event) {
+  auto* e = reinterpret_cast<HostEvent*>(event);
+  std::uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    target = e->recorded;
+  }
+  return enqueue(stream, [e, target] { e->wait_for(target); });
+}
+
+void HostBackend::synchronize_stream(StreamId stream) {
+  if (stream == 0) return;
+  HostEvent marker;
+  if (!record_event(reinterpret_cast<EventId>(&marker), stream)) return;
+  marker.wait_for(1);
+}
+
+void HostBackend::synchronize_device() {
+  std::vector<StreamId> ids;
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    for (auto& kv : streams_) ids.push_back(kv.first);
+  }
+  for (StreamId id : ids) synchronize_stream(id);
+}
+
+bool HostBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind,
+                               StreamId stream) {
+  return enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+}  // namespace pyalloc

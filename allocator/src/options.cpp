@@ -1,0 +1,218 @@
+// options.cpp — parsing and printing of the options table in options.h.
+#include "options.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace pyalloc {
+namespace {
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string json_escape(const char* s) {
+  std::string out;
+  for (; *s; ++s) {
+    if (*s == '"' || *s == '\\') out += '\\';
+    out += *s;
+  }
+  return out;
+}
+
+// Parses a plain decimal number, rejecting trailing junk, NaN and infinities.
+bool parse_number(const std::string& text, double* value, std::string* rest) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  double v = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(v)) return false;
+  *value = v;
+  *rest = trim(std::string(end));
+  return true;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  std::string t = lower(trim(text));
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return *out = true, true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return *out = false, true;
+  return false;
+}
+
+bool parse_budget(const std::string& text, std::size_t* bytes, double* fraction) {
+  std::string t = trim(text);
+  double v = 0;
+  std::string rest;
+  if (!parse_number(t, &v, &rest)) return false;
+  if (rest == "%") {
+    if (!(v > 0 && v <= 100)) return false;
+    *bytes = 0, *fraction = v / 100.0;
+    return true;
+  }
+  // A bare number with a decimal point, at most 1, is a fraction; anything else is a size.
+  if (rest.empty() && t.find('.') != std::string::npos && v > 0 && v <= 1.0) {
+    *bytes = 0, *fraction = v;
+    return true;
+  }
+  std::size_t b = 0;
+  if (!parse_size(t, &b) || b == 0) return false;
+  *bytes = b, *fraction = 0;
+  return true;
+}
+
+const char* kind_name(OptionKind k) {
+  switch (k) {
+    case OptionKind::kSize: return "size";
+    case OptionKind::kBudget: return "budget";
+    case OptionKind::kBool: return "bool";
+    case OptionKind::kInt: return "int";
+  }
+  return "?";
+}
+
+const char* accepted_form(OptionKind k) {
+  switch (k) {
+    case OptionKind::kSize: return "a size such as 4096, 64KiB or 1.5GiB";
+    case OptionKind::kBudget:
+      return "a size such as 8GiB, or a fraction of device memory in (0, 1] such as 0.8 or 80%";
+    case OptionKind::kBool: return "true or false";
+    case OptionKind::kInt: return "a non-negative integer";
+  }
+  return "?";
+}
+
+std::string known_names() {
+  std::string out;
+#define PYALLOC_NAME(name, kind, def, doc) out += (out.empty() ? "" : ", ") + std::string(#name);
+  PYALLOC_OPTIONS(PYALLOC_NAME)
+#undef PYALLOC_NAME
+  return out;
+}
+
+// Applies one key/value pair. Returns "" or an error message.
+std::string apply(const std::string& key, const std::string& value, Options* o) {
+  bool ok = true;
+  bool matched = false;
+  OptionKind kind = OptionKind::kInt;
+  if (key == "budget") {
+    matched = true, kind = OptionKind::kBudget;
+    ok = parse_budget(value, &o->budget_bytes, &o->budget_fraction);
+  } else if (key == "sim_capacity") {
+    matched = true, kind = OptionKind::kSize;
+    ok = parse_size(value, &o->sim_capacity) && o->sim_capacity > 0;
+  } else if (key == "max_split_size") {
+    matched = true, kind = OptionKind::kSize;
+    ok = parse_size(value, &o->max_split_size);
+  } else if (key == "check_invariants") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->check_invariants);
+  }
+  if (!matched) {
+    return "unknown pyalloc option '" + key + "'; known options are: " + known_names();
+  }
+  if (!ok) {
+    return "invalid value '" + value + "' for pyalloc option '" + key + "': expected " +
+           accepted_form(kind);
+  }
+  return "";
+}
+
+}  // namespace
+
+bool parse_size(const std::string& text, std::size_t* bytes) {
+  double v = 0;
+  std::string unit;
+  if (!parse_number(trim(text), &v, &unit) || v < 0) return false;
+  struct Unit { const char* name; double scale; };
+  static const Unit kUnits[] = {
+      {"", 1},  {"b", 1},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"k", 1024.0},   {"m", 1048576.0},   {"g", 1073741824.0},   {"t", 1099511627776.0},
+      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12},
+  };
+  std::string u = lower(unit);
+  for (const Unit& candidate : kUnits) {
+    if (u != candidate.name) continue;
+    double b = std::floor(v * candidate.scale);
+    // 2^63 is far beyond any device; rejecting it keeps the cast below defined.
+    if (!(b < 9.2e18)) return false;
+    *bytes = static_cast<std::size_t>(b);
+    return true;
+  }
+  return false;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int i = 0;
+  while (v >= 1024.0 && i < 4) v /= 1024.0, ++i;
+  char buf[64];
+  if (i == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kNames[i]);
+  return buf;
+}
+
+Options Options::defaults() {
+  Options o;
+#define PYALLOC_DEFAULT(name, kind, def, doc) apply(#name, def, &o);
+  PYALLOC_OPTIONS(PYALLOC_DEFAULT)
+#undef PYALLOC_DEFAULT
+  return o;
+}
+
+std::string Options::parse(const std::string& text, Options* out) {
+  Options o = *out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    std::size_t colon = item.find(':');
+    if (colon == std::string::npos) {
+      return "malformed pyalloc option '" + item + "': expected key:value pairs separated by "
+             "commas, e.g. \"budget:8GiB,max_split_size:256MiB\"";
+    }
+    std::string err = apply(lower(trim(item.substr(0, colon))), trim(item.substr(colon + 1)), &o);
+    if (!err.empty()) return err;
+  }
+  *out = o;
+  return "";
+}
+
+std::string Options::to_string() const {
+  std::ostringstream s;
+  if (budget_bytes) s << "budget:" << budget_bytes;
+  else s << "budget:" << budget_fraction;
+  s << ",sim_capacity:" << sim_capacity << ",max_split_size:" << max_split_size
+    << ",check_invariants:" << (check_invariants ? "true" : "false");
+  return s.str();
+}
+
+std::string Options::table_json() {
+  std::string out = "[";
+#define PYALLOC_ROW(name, kind, def, doc)                                                  \
+  out += std::string(out.size() > 1 ? "," : "") + "{\"name\":\"" #name "\",\"kind\":\"" + \
+         kind_name(OptionKind::kind) + "\",\"default\":\"" + json_escape(def) +           \
+         "\",\"doc\":\"" + json_escape(doc) + "\"}";
+  PYALLOC_OPTIONS(PYALLOC_ROW)
+#undef PYALLOC_ROW
+  return out + "]";
+}
+
+std::size_t Options::budget_for(std::size_t device_total_bytes) const {
+  if (budget_bytes) return budget_bytes;
+  return static_cast<std::size_t>(budget_fraction * static_cast<double>(device_total_bytes));
+}
+
+}  // namespace pyalloc

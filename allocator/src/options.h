@@ -1,0 +1,67 @@
+// options.h — every tunable of the engine, in one table.
+//
+// The table below is the single source of truth: the parser (options.cpp), the
+// documentation that Python renders (pyalloc.options_table(), docs/design.md) and the
+// header of `pyalloc-stats` are all generated from it. Options reach the engine as a
+// string "key:value,key:value" (PYALLOC_CONF, merged with install(**kwargs) in Python)
+// and are parsed once, when an engine is created; nothing reads a global at import.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pyalloc {
+
+// X(name, kind, default_text, doc)
+//   kind: kSize  — bytes, with an optional unit: 512, 64KiB, 1.5GiB, 2GB
+//         kBudget — a size, or a fraction of device memory: 0.8 or 80%
+//         kBool  — true/false/1/0/on/off
+//         kInt   — a non-negative integer
+#define PYALLOC_OPTIONS(X)                                                                   \
+  X(budget, kBudget, "1.0",                                                                  \
+    "Hard cap on reserved bytes: a size (\"8GiB\") or a fraction of device memory (0.8, "    \
+    "\"80%\"). Requests that would push reserved bytes past it are served by reclaiming "   \
+    "cached memory, or fail with an OOM report.")                                            \
+  X(sim_capacity, kSize, "4GiB",                                                             \
+    "Simulated device only: its total memory. Host memory is committed only as it is "      \
+    "used. A fractional budget is a fraction of this.")                                      \
+  X(max_split_size, kSize, "0",                                                              \
+    "Cached blocks at least this large are never split for smaller requests (0: no "        \
+    "limit). Same meaning as PyTorch's max_split_size_mb, in bytes.")                        \
+  X(check_invariants, kBool, "false",                                                        \
+    "Run check_invariants() after every allocator operation and abort with a report on "    \
+    "the first violation. Slow; for tests and debugging.")
+
+enum class OptionKind { kSize, kBudget, kBool, kInt };
+
+struct Options {
+  // A budget is either absolute bytes or a fraction of device memory; exactly one is set.
+  std::size_t budget_bytes = 0;  // 0: use budget_fraction
+  double budget_fraction = 0;
+  std::size_t sim_capacity = 0;
+  std::size_t max_split_size = 0;
+  bool check_invariants = false;
+
+  // The table's defaults (the member initializers above are placeholders).
+  static Options defaults();
+
+  // Parses "key:value,..." on top of the defaults. Returns "" on success, otherwise a
+  // message that names the offending key or value and the accepted form.
+  static std::string parse(const std::string& text, Options* out);
+  // "key:value,..." with every option, in table order (what the engine is running with).
+  std::string to_string() const;
+  // The table as JSON: [{"name":..,"kind":..,"default":..,"doc":..}, ...]
+  static std::string table_json();
+  // Resolves the budget against a device's total memory.
+  std::size_t budget_for(std::size_t device_total_bytes) const;
+};
+
+// Parses "8GiB", "1.5 MB", "4096" into bytes. Returns false for anything else
+// (negative, non-finite, unknown unit, overflow).
+bool parse_size(const std::string& text, std::size_t* bytes);
+// 1536 -> "1.50 KiB"
+std::string format_bytes(std::size_t bytes);
+
+}  // namespace pyalloc

@@ -1,0 +1,429 @@
+// pool.cpp — see pool.h. Invariants are listed in block.h.
+#include "pool.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace pyalloc {
+namespace {
+
+int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kSmallPool : kLargePool; }
+
+std::string hex(std::uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, v);
+  return buf;
+}
+
+const char* state_name(BlockState s) {
+  switch (s) {
+    case BlockState::kFree: return "inactive";
+    case BlockState::kAllocated: return "active_allocated";
+    case BlockState::kAwaitingEvents: return "active_awaiting_free";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Pool::~Pool() {
+  for (auto& kv : segments_) destroy_segment(kv.second);
+}
+
+void Pool::destroy_segment(Segment* segment) {
+  for (Block* b = segment->first; b != nullptr;) {
+    Block* next = b->next;
+    delete b;
+    b = next;
+  }
+  delete segment;
+}
+
+// --- free-set bookkeeping --------------------------------------------------------------
+
+void Pool::inactive_split_account(const Block* b, int sign) {
+  if (!b->is_split()) return;
+  int p = stat_pool(b->segment);
+  update(stats_.inactive_split, p, sign);
+  update(stats_.inactive_split_bytes, p, sign * static_cast<std::int64_t>(b->size));
+}
+
+void Pool::insert_free(Block* b) {
+  free_set(b).insert(b);
+  inactive_split_account(b, +1);
+}
+
+void Pool::erase_free(Block* b) {
+  free_set(b).erase(b);
+  inactive_split_account(b, -1);
+}
+
+// --- best fit --------------------------------------------------------------------------
+
+bool Pool::acceptable(const Block* b, std::size_t rounded) const {
+  if (max_split_size_ == 0) return true;
+  // Don't carve small requests out of big blocks: they would pin the big block forever.
+  if (rounded < max_split_size_) return b->size < max_split_size_;
+  // An oversize request takes a cached block only if little of it is wasted.
+  return b->size < rounded + kMaxNonSplitRounding;
+}
+
+Block* Pool::find_free(std::size_t rounded, StreamId stream) const {
+  const FreeSet& set = free_[static_cast<int>(pool_for(rounded))];
+  Block key;
+  key.size = rounded;
+  Block* best = nullptr;
+  for (StreamId tag : {stream, kAnyStream}) {
+    key.stream = tag;
+    auto it = set.lower_bound(&key);
+    if (it == set.end() || (*it)->stream != tag || !acceptable(*it, rounded)) continue;
+    if (!best || (*it)->size < best->size) best = *it;
+    if (tag == kAnyStream) break;
+  }
+  return best;
+}
+
+bool Pool::should_split(const Block* b, std::size_t rounded) const {
+  std::size_t remaining = b->size - rounded;
+  if (b->segment->pool == PoolKind::kSmall) return remaining >= kMinBlockSize;
+  // In the large pool a remainder of 1 MiB or less could only ever serve small requests,
+  // which the large pool never sees; keeping it attached avoids a useless sliver.
+  return remaining > kSmallSize && (max_split_size_ == 0 || rounded < max_split_size_);
+}
+
+Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
+  erase_free(b);
+  if (should_split(b, rounded)) {
+    auto* rest = new Block;
+    rest->addr = b->addr + rounded;
+    rest->size = b->size - rounded;
+    rest->segment = b->segment;
+    rest->prev = b;
+    rest->next = b->next;
+    rest->stream = b->stream;  // the remainder is exactly as safe to reuse as before
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    insert_free(rest);
+  }
+  b->state = BlockState::kAllocated;
+  b->requested = requested;
+  b->stream = stream;
+  allocated_.emplace(b->addr, b);
+
+  int p = stat_pool(b->segment);
+  auto bytes = static_cast<std::int64_t>(b->size);
+  update(stats_.allocation, p, 1);
+  update(stats_.allocated_bytes, p, bytes);
+  update(stats_.active, p, 1);
+  update(stats_.active_bytes, p, bytes);
+  update(stats_.requested_bytes, p, static_cast<std::int64_t>(requested));
+  if (max_split_size_ && rounded >= max_split_size_) ++stats_.num_oversize_allocations;
+  return b;
+}
+
+// --- segments --------------------------------------------------------------------------
+
+Block* Pool::add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool,
+                         PhysicalHandle phys) {
+  auto* seg = new Segment;
+  seg->addr = addr;
+  seg->size = size;
+  seg->pool = pool;
+  seg->physical = phys;
+  auto* b = new Block;
+  b->addr = addr;
+  b->size = size;
+  b->segment = seg;
+  b->stream = kAnyStream;  // fresh memory: no stream has touched it
+  seg->first = b;
+  segments_.emplace(addr, seg);
+  insert_free(b);
+  int p = stat_pool(seg);
+  update(stats_.segment, p, 1);
+  update(stats_.reserved_bytes, p, static_cast<std::int64_t>(size));
+  return b;
+}
+
+std::vector<Segment*> Pool::take_releasable_segments() {
+  std::vector<Segment*> out;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    Segment* seg = it->second;
+    Block* b = seg->first;
+    if (b->state != BlockState::kFree || b->next != nullptr) {
+      ++it;
+      continue;
+    }
+    erase_free(b);
+    int p = stat_pool(seg);
+    update(stats_.segment, p, -1);
+    update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
+    out.push_back(seg);
+    it = segments_.erase(it);
+  }
+  return out;
+}
+
+// --- freeing and merging ---------------------------------------------------------------
+
+void Pool::mark_awaiting(Block* b) {
+  allocated_.erase(b->addr);
+  int p = stat_pool(b->segment);
+  update(stats_.allocation, p, -1);
+  update(stats_.allocated_bytes, p, -static_cast<std::int64_t>(b->size));
+  update(stats_.requested_bytes, p, -static_cast<std::int64_t>(b->requested));
+  b->state = BlockState::kAwaitingEvents;
+}
+
+void Pool::absorb_neighbours(Block* b) {
+  for (Block* n : {b->prev, b->next}) {
+    if (!n || n->state != BlockState::kFree || !tags_compatible(b->stream, n->stream)) continue;
+    erase_free(n);
+    if (b->stream == kAnyStream) b->stream = n->stream;
+    if (n == b->prev) {
+      b->addr = n->addr;
+      b->prev = n->prev;
+      if (n->prev) n->prev->next = b;
+      else b->segment->first = b;
+    } else {
+      b->next = n->next;
+      if (n->next) n->next->prev = b;
+    }
+    b->size += n->size;
+    delete n;
+  }
+}
+
+void Pool::release(Block* b) {
+  int p = stat_pool(b->segment);
+  if (b->state == BlockState::kAllocated) {
+    allocated_.erase(b->addr);
+    update(stats_.allocation, p, -1);
+    update(stats_.allocated_bytes, p, -static_cast<std::int64_t>(b->size));
+    update(stats_.requested_bytes, p, -static_cast<std::int64_t>(b->requested));
+  }
+  update(stats_.active, p, -1);
+  update(stats_.active_bytes, p, -static_cast<std::int64_t>(b->size));
+  b->state = BlockState::kFree;
+  b->requested = 0;
+  b->stream_uses.clear();
+  absorb_neighbours(b);
+  insert_free(b);
+}
+
+void Pool::adopt_stream(StreamId stream) {
+  std::vector<Block*> blocks;
+  for (FreeSet& set : free_) {
+    Block key;
+    key.stream = stream;
+    for (auto it = set.lower_bound(&key); it != set.end() && (*it)->stream == stream; ++it) {
+      blocks.push_back(*it);
+    }
+  }
+  for (Block* b : blocks) erase_free(b);
+  for (Block* b : blocks) b->stream = kAnyStream;
+  for (Block* b : blocks) insert_free(b);
+  // Merge in a second pass, walking segments: absorbing deletes neighbours, which may be
+  // elements of `blocks`.
+  std::set<Segment*> touched;
+  for (Block* b : blocks) touched.insert(b->segment);
+  for (Segment* seg : touched) {
+    for (Block* b = seg->first; b != nullptr; b = b->next) {
+      if (b->state != BlockState::kFree) continue;
+      erase_free(b);
+      absorb_neighbours(b);
+      insert_free(b);
+    }
+  }
+}
+
+// --- queries ---------------------------------------------------------------------------
+
+Block* Pool::find_allocated(std::uintptr_t ptr) const {
+  auto it = allocated_.find(ptr);
+  return it == allocated_.end() ? nullptr : it->second;
+}
+
+std::string Pool::describe_unknown_pointer(std::uintptr_t ptr) const {
+  auto it = segments_.upper_bound(ptr);
+  if (it != segments_.begin()) {
+    const Segment* seg = std::prev(it)->second;
+    if (ptr < seg->addr + seg->size) {
+      for (const Block* b = seg->first; b; b = b->next) {
+        if (ptr == b->addr) {
+          return "double free of " + hex(ptr) + ": the block was already freed";
+        }
+        if (ptr > b->addr && ptr < b->addr + b->size) {
+          return hex(ptr) + " points inside a block that starts at " + hex(b->addr) +
+                 ": free the pointer the allocator returned, not an offset into it";
+        }
+      }
+    }
+  }
+  return hex(ptr) + " was not allocated by pyalloc on this device (or was already freed and "
+         "its memory returned to the device)";
+}
+
+std::vector<StreamId> Pool::tagged_streams() const {
+  std::set<StreamId> streams;
+  for (const FreeSet& set : free_) {
+    // Jump from tag to tag: the set is ordered by tag first.
+    Block key;
+    for (auto it = set.begin(); it != set.end();) {
+      StreamId tag = (*it)->stream;
+      if (tag != kAnyStream) streams.insert(tag);
+      if (tag == kAnyStream) break;
+      key.stream = tag + 1;
+      it = set.lower_bound(&key);
+    }
+  }
+  return {streams.begin(), streams.end()};
+}
+
+FragmentationFigures Pool::fragmentation() const {
+  FragmentationFigures f;
+  f.cached_free_bytes = static_cast<std::size_t>(stats_.reserved_bytes[kAllPools].current -
+                                                 stats_.active_bytes[kAllPools].current);
+  for (const FreeSet& set : free_) {
+    // The largest block of each tag is the last one before the next tag starts.
+    Block key;
+    for (auto it = set.begin(); it != set.end();) {
+      StreamId tag = (*it)->stream;
+      key.stream = tag;
+      key.size = SIZE_MAX;
+      key.addr = UINTPTR_MAX;
+      auto last = set.upper_bound(&key);
+      std::size_t size = (*std::prev(last))->size;
+      if (size > f.largest_free_block) f.largest_free_block = size;
+      it = last;
+    }
+  }
+  std::int64_t peak_reserved = stats_.reserved_bytes[kAllPools].peak;
+  f.utilization = peak_reserved == 0 ? 1.0
+                                     : static_cast<double>(stats_.allocated_bytes[kAllPools].peak) /
+                                           static_cast<double>(peak_reserved);
+  f.external_fragmentation =
+      f.cached_free_bytes == 0
+          ? 0.0
+          : 1.0 - static_cast<double>(f.largest_free_block) / static_cast<double>(f.cached_free_bytes);
+  return f;
+}
+
+std::string Pool::check_invariants() const {
+  Stats want;  // current figures recomputed from scratch
+  std::size_t free_blocks = 0, allocated_blocks = 0;
+  auto fail = [](const std::string& what, const Block* b) {
+    return what + (b ? " (block " + hex(b->addr) + ", " + std::to_string(b->size) + " bytes)" : "");
+  };
+  for (const auto& kv : segments_) {
+    const Segment* seg = kv.second;
+    if (kv.first != seg->addr) return fail("segment map key differs from segment address", nullptr);
+    if (!seg->first || seg->first->addr != seg->addr || seg->first->prev) {
+      return fail("segment " + hex(seg->addr) + " does not start with its first block", seg->first);
+    }
+    int p = stat_pool(seg);
+    want.segment[p].current++;
+    want.reserved_bytes[p].current += static_cast<std::int64_t>(seg->size);
+    std::size_t covered = 0;
+    for (const Block* b = seg->first; b; b = b->next) {
+      if (b->segment != seg) return fail("block points at the wrong segment", b);
+      if (b->size == 0 || b->size % kMinBlockSize) return fail("block size not a multiple of 512", b);
+      if (b->addr != seg->addr + covered) return fail("blocks do not tile their segment", b);
+      if (b->next && b->next->prev != b) return fail("prev/next links are not mutual", b);
+      covered += b->size;
+      auto bytes = static_cast<std::int64_t>(b->size);
+      switch (b->state) {
+        case BlockState::kFree: {
+          ++free_blocks;
+          const FreeSet& set = free_[static_cast<int>(seg->pool)];
+          if (set.find(const_cast<Block*>(b)) == set.end()) return fail("free block missing from its free set", b);
+          if (b->next && b->next->state == BlockState::kFree && tags_compatible(b->stream, b->next->stream)) {
+            return fail("adjacent free blocks were not merged", b);
+          }
+          if (b->is_split()) {
+            want.inactive_split[p].current++;
+            want.inactive_split_bytes[p].current += bytes;
+          }
+          break;
+        }
+        case BlockState::kAllocated: {
+          ++allocated_blocks;
+          if (find_allocated(b->addr) != b) return fail("allocated block missing from the allocated map", b);
+          if (b->requested > b->size) return fail("requested size exceeds block size", b);
+          want.allocation[p].current++;
+          want.allocated_bytes[p].current += bytes;
+          want.requested_bytes[p].current += static_cast<std::int64_t>(b->requested);
+          want.active[p].current++;
+          want.active_bytes[p].current += bytes;
+          break;
+        }
+        case BlockState::kAwaitingEvents:
+          if (find_allocated(b->addr)) return fail("awaiting block is still in the allocated map", b);
+          want.active[p].current++;
+          want.active_bytes[p].current += bytes;
+          break;
+      }
+    }
+    if (covered != seg->size) return fail("block sizes do not add up to the segment size", seg->first);
+  }
+  if (free_blocks != free_[0].size() + free_[1].size()) return "free sets hold blocks that are not free";
+  if (allocated_blocks != allocated_.size()) return "allocated map holds blocks that are not allocated";
+
+  for (int p : {kSmallPool, kLargePool}) {
+    for (Stat* s : {want.allocation, want.segment, want.active, want.inactive_split,
+                    want.allocated_bytes, want.reserved_bytes, want.active_bytes,
+                    want.inactive_split_bytes, want.requested_bytes}) {
+      s[kAllPools].current += s[p].current;
+    }
+  }
+  const char* kPoolNames[] = {"all", "small_pool", "large_pool"};
+#define PYALLOC_CHECK_STAT(name, doc)                                                      \
+  for (int p = 0; p < kStatPools; ++p) {                                                   \
+    if (want.name[p].current != stats_.name[p].current) {                                  \
+      return std::string("stat " #name ".") + kPoolNames[p] + ".current is " +             \
+             std::to_string(stats_.name[p].current) + " but the blocks add up to " +       \
+             std::to_string(want.name[p].current);                                          \
+    }                                                                                      \
+    if (stats_.name[p].peak < stats_.name[p].current) {                                    \
+      return std::string("stat " #name ".") + kPoolNames[p] + " has peak below current";   \
+    }                                                                                      \
+  }
+  PYALLOC_ARRAY_STATS(PYALLOC_CHECK_STAT)
+#undef PYALLOC_CHECK_STAT
+  return "";
+}
+
+std::string Pool::snapshot_json() const {
+  std::string out = "{\"segments\":[";
+  char buf[256];
+  bool first_seg = true;
+  for (const auto& kv : segments_) {
+    const Segment* seg = kv.second;
+    std::int64_t allocated = 0, active = 0;
+    for (const Block* b = seg->first; b; b = b->next) {
+      if (b->state == BlockState::kAllocated) allocated += static_cast<std::int64_t>(b->size);
+      if (b->state != BlockState::kFree) active += static_cast<std::int64_t>(b->size);
+    }
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"address\":%" PRIuPTR ",\"total_size\":%zu,\"segment_type\":\"%s\","
+                  "\"allocated_size\":%lld,\"active_size\":%lld,\"blocks\":[",
+                  first_seg ? "" : ",", seg->addr, seg->size,
+                  seg->pool == PoolKind::kSmall ? "small" : "large",
+                  static_cast<long long>(allocated), static_cast<long long>(active));
+    out += buf;
+    first_seg = false;
+    for (const Block* b = seg->first; b; b = b->next) {
+      long long stream = b->stream == kAnyStream ? -1 : static_cast<long long>(b->stream);
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
+                    "\"state\":\"%s\",\"stream\":%lld}",
+                    b == seg->first ? "" : ",", b->addr, b->size, b->requested,
+                    state_name(b->state), stream);
+      out += buf;
+    }
+    out += "]}";
+  }
+  return out + "]}";
+}
+
+}  // namespace pyalloc

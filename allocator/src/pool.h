@@ -1,0 +1,98 @@
+// pool.h — the segments and blocks of one device, with best fit, split and coalesce.
+//
+// The Pool knows nothing about devices, budgets or streams' progress: it is the data
+// structure. The Engine (engine.h) decides when to add or drop segments and when a
+// stream has been fenced; the Pool keeps the blocks and the Stats consistent.
+//
+// Thread safety: none. Every method must be called with the owning Engine's lock held.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "block.h"
+#include "stats.h"
+
+namespace pyalloc {
+
+// Free blocks are ordered by (stream tag, size, address): lower_bound on (stream, size)
+// finds the smallest block of that tag that fits (best fit), and ties go to the lowest
+// address, which keeps live data packed toward the start of segments.
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->addr < b->addr;
+  }
+};
+using FreeSet = std::set<Block*, BlockOrder>;
+
+class Pool {
+ public:
+  explicit Pool(std::size_t max_split_size) : max_split_size_(max_split_size) {}
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // The best cached block for a request of `rounded` bytes on `stream`: the smallest that
+  // fits among blocks tagged `stream` and blocks tagged kAnyStream, honouring
+  // max_split_size. nullptr if none.
+  Block* find_free(std::size_t rounded, StreamId stream) const;
+  // Hands out `block` (which find_free returned) for a request, splitting off the rest
+  // when it is worth keeping.
+  Block* take(Block* block, std::size_t rounded, std::size_t requested, StreamId stream);
+  // Registers a newly mapped segment as one free block tagged kAnyStream.
+  Block* add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool, PhysicalHandle phys);
+  // A handed-out block whose memory other streams may still use (record_stream): it leaves
+  // the allocated figures but stays active until release().
+  void mark_awaiting(Block* block);
+  // Returns an allocated or awaiting block to the cache, merging it with free neighbours.
+  void release(Block* block);
+  // Re-tags every free block of `stream` as kAnyStream (its work is known to be done)
+  // and merges what can now merge. See Note [Stream tags] in block.h.
+  void adopt_stream(StreamId stream);
+  // Removes every segment that is one free block, and returns them; the caller unmaps
+  // and frees them on the device.
+  std::vector<Segment*> take_releasable_segments();
+  static void destroy_segment(Segment* segment);
+
+  Block* find_allocated(std::uintptr_t ptr) const;
+  // For an error message: why `ptr` is not an allocated block ("double free", ...).
+  std::string describe_unknown_pointer(std::uintptr_t ptr) const;
+  // Streams (other than kAnyStream) that tag at least one free block.
+  std::vector<StreamId> tagged_streams() const;
+  FragmentationFigures fragmentation() const;
+  // "" when every invariant in block.h holds, else a description of the first violation.
+  std::string check_invariants() const;
+  // {"segments":[{...,"blocks":[...]}]} — addresses in order, blocks tiling each segment.
+  std::string snapshot_json() const;
+
+  Stats& stats() { return stats_; }
+  const Stats& stats() const { return stats_; }
+  void set_max_split_size(std::size_t bytes) { max_split_size_ = bytes; }
+
+ private:
+  FreeSet& free_set(const Block* b) { return free_[static_cast<int>(b->segment->pool)]; }
+  bool should_split(const Block* block, std::size_t rounded) const;
+  bool acceptable(const Block* block, std::size_t rounded) const;
+  void insert_free(Block* block);  // + inactive-split accounting
+  void erase_free(Block* block);   // - inactive-split accounting
+  void inactive_split_account(const Block* block, int sign);
+  // Merges free, tag-compatible neighbours into `block` (which is not in a free set).
+  void absorb_neighbours(Block* block);
+  static bool tags_compatible(StreamId a, StreamId b) {
+    return a == b || a == kAnyStream || b == kAnyStream;
+  }
+
+  std::size_t max_split_size_;
+  FreeSet free_[2];                                          // indexed by PoolKind
+  std::map<std::uintptr_t, Segment*> segments_;              // by address
+  std::unordered_map<std::uintptr_t, Block*> allocated_;     // kAllocated blocks by address
+  Stats stats_;
+};
+
+}  // namespace pyalloc

@@ -1,0 +1,139 @@
+// reclaim.cpp — what the engine does when a request does not fit, step by step.
+//
+// Engine::malloc climbs this ladder; each rung runs only if the ones before it failed,
+// and each is counted in the stats:
+//
+//   1. cached     best fit among free blocks of this stream and idle blocks.
+//   2. grow       a new segment from the device, if the budget allows it.
+//   3. fence      wait for other streams' outstanding work, then reuse their cached
+//                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
+//   4. release    give every wholly free cached segment back to the device and grow
+//                 again (num_alloc_retries, num_sync_all_streams).
+//   5. oom        report what is allocated, cached, fragmented and what would help
+//                 (num_ooms).
+//
+// Later rungs (stitching, eviction, swap) slot in between 4 and 5.
+#include <cinttypes>
+#include <cstdio>
+
+#include "engine.h"
+
+namespace pyalloc {
+
+Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream) {
+  return pool_.find_free(rounded, stream);
+}
+
+Block* Engine::grow_locked(std::size_t rounded) {
+  const std::size_t gran = backend_->granularity();
+  const std::size_t reserved =
+      static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
+  // Try the segment size that amortizes best first; under budget pressure fall back to
+  // the smallest segment that holds the request.
+  const std::size_t preferred = round_up(preferred_segment_size(rounded), gran);
+  const std::size_t exact = round_up(rounded, gran);
+  const std::size_t candidates[] = {preferred, exact};
+  for (int i = 0; i < (exact == preferred ? 1 : 2); ++i) {
+    const std::size_t size = candidates[i];
+    if (reserved + size > budget_) continue;
+    std::uintptr_t va = backend_->reserve(size);
+    if (!va) continue;
+    PhysicalHandle phys = backend_->create_physical(size);
+    if (!phys) {
+      backend_->unreserve(va, size);
+      continue;
+    }
+    if (!backend_->map(va, phys)) {
+      backend_->release_physical(phys);
+      backend_->unreserve(va, size);
+      continue;
+    }
+    ++pool_.stats().num_device_alloc;
+    return pool_.add_segment(va, size, pool_for(rounded), phys);
+  }
+  return nullptr;
+}
+
+bool Engine::fence_streams_locked(StreamId stream) {
+  bool progress = false;
+  if (!pending_.empty()) {
+    process_events_locked(/*wait=*/true);
+    progress = true;
+  }
+  for (StreamId other : pool_.tagged_streams()) {
+    if (other == stream) continue;
+    // Blocking under the lock is acceptable here: this rung runs only when the cache
+    // and the budget are both exhausted, and the alternative is failing the request.
+    backend_->synchronize_stream(other);
+    pool_.adopt_stream(other);
+    ++pool_.stats().num_stream_fences;
+    progress = true;
+  }
+  return progress;
+}
+
+bool Engine::release_cached_locked() {
+  std::vector<Segment*> segments = pool_.take_releasable_segments();
+  if (segments.empty()) return false;
+  // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
+  // free block may still be in use by work queued on its stream. So wait for everything.
+  backend_->synchronize_device();
+  ++pool_.stats().num_sync_all_streams;
+  for (Segment* seg : segments) {
+    backend_->unmap(seg->addr, seg->size);
+    backend_->release_physical(seg->physical);
+    backend_->unreserve(seg->addr, seg->size);
+    ++pool_.stats().num_device_free;
+    Pool::destroy_segment(seg);
+  }
+  return true;
+}
+
+std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream) {
+  const Stats& s = pool_.stats();
+  FragmentationFigures f = pool_.fragmentation();
+  const auto reserved = static_cast<std::size_t>(s.reserved_bytes[kAllPools].current);
+  const auto allocated = static_cast<std::size_t>(s.allocated_bytes[kAllPools].current);
+  const auto awaiting =
+      static_cast<std::size_t>(s.active_bytes[kAllPools].current) - allocated;
+  MemInfo info = backend_->mem_info();
+
+  char head[512];
+  std::snprintf(head, sizeof head,
+                "pyalloc: out of memory on %s device %d: tried to allocate %s (%zu bytes, "
+                "rounded to %zu) on stream 0x%" PRIxPTR ".\n",
+                backend_->name(), backend_->device(), format_bytes(size).c_str(), size, rounded,
+                stream);
+  std::string msg = head;
+  msg += "  budget " + format_bytes(budget_) + "; reserved " + format_bytes(reserved) +
+         " = allocated " + format_bytes(allocated) + " + awaiting other streams " +
+         format_bytes(awaiting) + " + cached free " + format_bytes(f.cached_free_bytes) + ".\n";
+  char frag[64];
+  std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * f.external_fragmentation);
+  msg += "  cached free: largest block " + format_bytes(f.largest_free_block) +
+         ", external fragmentation " + frag + ".\n";
+  msg += "  evictable 0 B, pinned host 0 B (no eviction or swap policy is active).\n";
+  msg += "  device: " + format_bytes(info.free_bytes) + " free of " +
+         format_bytes(info.total_bytes) + ".\n";
+
+  // The hint names the one change most likely to help, in order of how cheap it is.
+  std::string hint;
+  if (rounded > budget_) {
+    hint = "the request alone exceeds the budget: raise it (option budget, currently " +
+           format_bytes(budget_) + ") or split the tensor";
+  } else if (f.cached_free_bytes >= rounded) {
+    hint = "the cached free bytes would hold this request if they were contiguous, so the "
+           "cache is fragmented: set max_split_size (e.g. \"max_split_size:" +
+           format_bytes(rounded) + "\") so large blocks are not split for small requests";
+  } else if (budget_ < info.total_bytes && reserved + rounded <= info.total_bytes &&
+             info.free_bytes >= rounded) {
+    hint = "the device has room beyond the budget: raise the budget (option budget, "
+           "currently " + format_bytes(budget_) + ")";
+  } else {
+    hint = "reduce the batch size or the model's activation memory";
+  }
+  msg += "  hint: " + hint + ".";
+  return msg;
+}
+
+}  // namespace pyalloc

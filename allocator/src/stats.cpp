@@ -1,0 +1,58 @@
+// stats.cpp — resetting and rendering Stats.
+#include "stats.h"
+
+#include <cstdio>
+
+namespace pyalloc {
+
+void Stats::reset_peaks() {
+#define PYALLOC_RESET_PEAK(name, doc) \
+  for (Stat & st : name) st.peak = st.current;
+  PYALLOC_ARRAY_STATS(PYALLOC_RESET_PEAK)
+#undef PYALLOC_RESET_PEAK
+}
+
+void Stats::reset_accumulated() {
+#define PYALLOC_RESET_ACC(name, doc) \
+  for (Stat & st : name) st.allocated = st.freed = 0;
+  PYALLOC_ARRAY_STATS(PYALLOC_RESET_ACC)
+#undef PYALLOC_RESET_ACC
+#define PYALLOC_RESET_COUNTER(name, doc) name = 0;
+  PYALLOC_COUNTERS(PYALLOC_RESET_COUNTER)
+#undef PYALLOC_RESET_COUNTER
+}
+
+std::string stats_json(const Stats& s, const FragmentationFigures& f, const std::string& extra) {
+  static const char* kPoolNames[kStatPools] = {"all", "small_pool", "large_pool"};
+  std::string out = "{";
+  char buf[160];
+  auto emit_int = [&](const std::string& key, long long v) {
+    std::snprintf(buf, sizeof buf, "%s\"%s\":%lld", out.size() > 1 ? "," : "", key.c_str(), v);
+    out += buf;
+  };
+  auto emit_real = [&](const char* key, double v) {
+    std::snprintf(buf, sizeof buf, "%s\"%s\":%.17g", out.size() > 1 ? "," : "", key, v);
+    out += buf;
+  };
+#define PYALLOC_EMIT_ARRAY(name, doc)                                         \
+  for (int p = 0; p < kStatPools; ++p) {                                      \
+    std::string base = std::string(#name ".") + kPoolNames[p];                \
+    emit_int(base + ".current", s.name[p].current);                          \
+    emit_int(base + ".peak", s.name[p].peak);                                 \
+    emit_int(base + ".allocated", s.name[p].allocated);                       \
+    emit_int(base + ".freed", s.name[p].freed);                               \
+  }
+  PYALLOC_ARRAY_STATS(PYALLOC_EMIT_ARRAY)
+#undef PYALLOC_EMIT_ARRAY
+#define PYALLOC_EMIT_COUNTER(name, doc) emit_int(#name, s.name);
+  PYALLOC_COUNTERS(PYALLOC_EMIT_COUNTER)
+#undef PYALLOC_EMIT_COUNTER
+  emit_int("cached_free_bytes", static_cast<long long>(f.cached_free_bytes));
+  emit_int("largest_free_block", static_cast<long long>(f.largest_free_block));
+  emit_real("utilization", f.utilization);
+  emit_real("external_fragmentation", f.external_fragmentation);
+  if (!extra.empty()) out += "," + extra;
+  return out + "}";
+}
+
+}  // namespace pyalloc

@@ -1,0 +1,109 @@
+/* pyalloc_c.h — the C interface of libpyalloc.
+ *
+ * Two groups of functions:
+ *
+ * 1. The entry points PyTorch's CUDAPluggableAllocator loads (exact signatures), served
+ *    by the process-wide engines that pyalloc_install() configured:
+ *        void* pyalloc_malloc(size_t size, int device, cudaStream_t stream);
+ *        void  pyalloc_free(void* ptr, size_t size, int device, cudaStream_t stream);
+ *    plus the optional hooks (reset -> empty cache, memory fraction, record_stream).
+ *    pyalloc_malloc throws a C++ exception on failure (PyTorch does not check for NULL,
+ *    and turns the exception into a Python error); pyalloc_free never throws, because
+ *    PyTorch calls it from destructors.
+ *
+ * 2. The control API, used by Python through ctypes. It never throws: functions return
+ *    0 on success and nonzero on failure, with the reason in pyalloc_last_error() (a
+ *    per-thread string, valid until the next call on that thread). Engines are handles,
+ *    so tests and the replay tool can run isolated engines beside the installed ones.
+ *    Strings returned as char* are owned by the caller: release with pyalloc_string_free.
+ */
+#ifndef PYALLOC_C_H_
+#define PYALLOC_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything else in the library is hidden (-fvisibility=hidden). */
+#define PYALLOC_API __attribute__((visibility("default")))
+
+typedef struct pyalloc_engine pyalloc_engine;
+
+/* --- 1. PyTorch pluggable allocator entry points ------------------------------------- */
+PYALLOC_API void* pyalloc_malloc(size_t size, int device, void* stream);
+PYALLOC_API void pyalloc_free(void* ptr, size_t size, int device, void* stream);
+PYALLOC_API void pyalloc_empty_cache_hook(void);
+PYALLOC_API void pyalloc_memory_fraction_hook(double fraction, int device);
+PYALLOC_API void pyalloc_record_stream_hook(void* ptr, void* stream);
+
+/* --- 2. control API ------------------------------------------------------------------- */
+PYALLOC_API const char* pyalloc_last_error(void);
+PYALLOC_API void pyalloc_string_free(char* s);
+PYALLOC_API const char* pyalloc_version(void);
+/* 1 if this build contains the CUDA backend. */
+PYALLOC_API int pyalloc_has_cuda_backend(void);
+/* Number of CUDA devices; -1 (with the reason in pyalloc_last_error) if none usable. */
+PYALLOC_API int pyalloc_cuda_device_count(void);
+/* JSON list of every option: name, kind, default, doc. Static storage. */
+PYALLOC_API const char* pyalloc_options_table(void);
+/* Validates an options string; returns the normalized "key:value,..." or NULL. */
+PYALLOC_API char* pyalloc_options_normalize(const char* options);
+
+/* Engines. backend: "cuda" or "host" (the simulated device). */
+PYALLOC_API pyalloc_engine* pyalloc_engine_create(const char* backend, int device, const char* options);
+/* Fails (and keeps the engine) while it still has allocated blocks. */
+PYALLOC_API int pyalloc_engine_destroy(pyalloc_engine* engine);
+/* Returns 0, PYALLOC_OOM when nothing could be found or reclaimed (the report is in
+ * pyalloc_last_error), or 1 for a bad argument. */
+#define PYALLOC_OOM 2
+PYALLOC_API int pyalloc_engine_alloc(pyalloc_engine* engine, size_t size, uintptr_t stream, void** out);
+/* expected_size: the size passed to alloc, or SIZE_MAX to skip the check. */
+PYALLOC_API int pyalloc_engine_free(pyalloc_engine* engine, void* ptr, size_t expected_size);
+PYALLOC_API int pyalloc_engine_record_stream(pyalloc_engine* engine, void* ptr, uintptr_t stream);
+PYALLOC_API int pyalloc_engine_empty_cache(pyalloc_engine* engine);
+PYALLOC_API int pyalloc_engine_set_budget(pyalloc_engine* engine, uint64_t bytes);
+PYALLOC_API int pyalloc_engine_set_memory_fraction(pyalloc_engine* engine, double fraction);
+PYALLOC_API char* pyalloc_engine_stats_json(pyalloc_engine* engine);
+PYALLOC_API char* pyalloc_engine_snapshot_json(pyalloc_engine* engine);
+/* 0: every invariant holds; 1: violated (description in pyalloc_last_error). */
+PYALLOC_API int pyalloc_engine_check_invariants(pyalloc_engine* engine);
+PYALLOC_API int pyalloc_engine_reset_peak_stats(pyalloc_engine* engine);
+PYALLOC_API int pyalloc_engine_reset_accumulated_stats(pyalloc_engine* engine);
+PYALLOC_API int pyalloc_engine_synchronize(pyalloc_engine* engine);
+/* Streams of the engine's device (on the simulated device: worker threads). */
+PYALLOC_API int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out);
+PYALLOC_API int pyalloc_engine_stream_destroy(pyalloc_engine* engine, uintptr_t stream);
+
+/* The process-wide engines behind group 1. Configure once; engines are created per
+ * device on first use. Fails if already installed with a different backend. */
+PYALLOC_API int pyalloc_install(const char* backend, const char* options);
+PYALLOC_API int pyalloc_is_installed(void);
+/* The installed engine of `device`, created on first use; NULL if not installed. */
+PYALLOC_API pyalloc_engine* pyalloc_installed_engine(int device);
+
+/* --- 3. self-tests and benchmarks (debug_api.cpp) ------------------------------------- */
+/* Simulated device only: enqueue a fill of `bytes` bytes at ptr with `value` on
+ * `stream`, and make the stream's tasks sleep `delay_us` first (a slow copy engine). */
+PYALLOC_API int pyalloc_sim_fill_async(pyalloc_engine* engine, uintptr_t stream, void* ptr, size_t bytes,
+                           int value);
+PYALLOC_API int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t stream, unsigned delay_us);
+/* Multi-threaded randomized stress: `threads` threads doing `ops` operations in total,
+ * sizes log-uniform in [1, max_size], every block pattern-checked before it is freed,
+ * invariants checked every `check_every` operations (0: only at the end).
+ * Returns 0 when clean; a report of the first failure otherwise. */
+PYALLOC_API int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t seed,
+                   size_t max_size, uint64_t check_every);
+/* Times malloc/free pairs through pyalloc_malloc/pyalloc_free (the installed engine of
+ * `device`). sizes: n_sizes request sizes replayed cyclically; `live` blocks are kept
+ * alive in a ring so frees interleave with mallocs as in training. ns per pair in *out. */
+PYALLOC_API int pyalloc_bench_pairs(int device, uintptr_t stream, const size_t* sizes, size_t n_sizes,
+                        size_t live, uint64_t pairs, double* ns_per_pair);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYALLOC_C_H_ */

@@ -1,0 +1,69 @@
+"""Building and loading the CPU shim (csrc/cpu_shim.cpp) against the installed torch.
+
+The shim is compiled on first use with ``torch.utils.cpp_extension`` and cached under
+``$PYALLOC_CACHE_DIR`` (default ``~/.cache/pyalloc``), keyed by torch's version and the
+source's hash, so later processes load it in milliseconds.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+log = logging.getLogger("pyalloc")
+
+_shim: Optional[ctypes.CDLL] = None
+
+
+def _source_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "csrc", here.parent / "csrc"):  # installed copy, then repo
+        if (candidate / "cpu_shim.cpp").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"cpu_shim.cpp was not found in {here / 'csrc'}; reinstall pyalloc with `pip install .`"
+    )
+
+
+def _cache_dir(source: Path) -> Path:
+    import torch
+
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    root = Path(os.environ.get("PYALLOC_CACHE_DIR", Path.home() / ".cache" / "pyalloc"))
+    path = root / f"cpu_shim-torch{torch.__version__}-{digest}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load() -> ctypes.CDLL:
+    """Builds (once) and loads the shim; returns it with its functions declared."""
+    global _shim
+    if _shim is not None:
+        return _shim
+    from torch.utils import cpp_extension
+
+    src = _source_dir()
+    build_dir = _cache_dir(src / "cpu_shim.cpp")
+    name = "pyalloc_cpu_shim"
+    built = build_dir / f"{name}.so"
+    if not built.is_file():
+        log.info("pyalloc: compiling the CPU shim against torch (once; cached in %s)", build_dir)
+    cpp_extension.load(
+        name=name,
+        sources=[str(src / "cpu_shim.cpp")],
+        extra_include_paths=[str(src)],
+        extra_cflags=["-O2"],
+        build_directory=str(build_dir),
+        is_python_module=False,
+        verbose=False,
+    )
+    shim = ctypes.CDLL(str(built))
+    shim.pyalloc_cpu_shim_install.restype = ctypes.c_int
+    shim.pyalloc_cpu_shim_install.argtypes = [ctypes.c_void_p] * 4
+    shim.pyalloc_cpu_shim_uninstall.restype = ctypes.c_int
+    shim.pyalloc_cpu_shim_active.restype = ctypes.c_int
+    _shim = shim
+    return shim

@@ -1,0 +1,154 @@
+"""A handle on one allocator engine, for tests, tools and replay.
+
+Training code does not need this: :func:`pyalloc.install` sets up the process-wide
+engines PyTorch allocates through. An :class:`Engine` is a separate instance with its own
+options, for example the simulated device with a small budget inside a test.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from typing import Any, Dict, Optional
+
+from . import _lib
+from .errors import OutOfMemoryError, PyallocError
+from .options import Budget, build_options
+
+_SIZE_MAX = (1 << 64) - 1
+_OOM = 2  # PYALLOC_OOM in csrc/pyalloc_c.h
+
+
+def _check(rc: int) -> None:
+    if rc == _OOM:
+        raise OutOfMemoryError(_lib.last_error())
+    if rc != 0:
+        raise PyallocError(_lib.last_error())
+
+
+class Engine:
+    """An allocator engine on ``backend`` ("host" is the simulated device, or "cuda").
+
+    Parameters
+    ----------
+    backend : str
+        ``"host"`` or ``"cuda"``.
+    device : int
+        Device index (always 0 on the simulated device).
+    budget : int, float or str, optional
+        Hard cap on reserved bytes; see :func:`pyalloc.install`.
+    **options
+        Any option of :func:`pyalloc.options_table`. ``PYALLOC_CONF`` is ignored here:
+        an engine made for a test should not change with the environment.
+    """
+
+    def __init__(self, backend: str = "host", device: int = 0, budget: Budget = None,
+                 **options: Any) -> None:
+        text = build_options(budget, options, environ={})
+        handle = _lib.lib().pyalloc_engine_create(backend.encode(), device, text.encode())
+        if not handle:
+            raise PyallocError(_lib.last_error())
+        self._handle: Optional[int] = handle
+        self._owned = True
+
+    @classmethod
+    def _wrap(cls, handle: int) -> "Engine":
+        engine = cls.__new__(cls)
+        engine._handle = handle
+        engine._owned = False  # the installed engines live as long as the process
+        return engine
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise PyallocError("this engine was closed")
+        return self._handle
+
+    # --- allocation ---------------------------------------------------------------------
+    def alloc(self, size: int, stream: int = 0) -> int:
+        """Allocates ``size`` bytes usable on ``stream``; returns the address."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or size > _SIZE_MAX:
+            raise ValueError(f"size must be an int in [0, 2**64), got {size!r}")
+        out = ctypes.c_void_p()
+        _check(_lib.lib().pyalloc_engine_alloc(self.handle, size, stream, ctypes.byref(out)))
+        return out.value
+
+    def free(self, ptr: int, size: Optional[int] = None) -> None:
+        """Frees ``ptr``; ``size``, if given, must be the size it was allocated with."""
+        expected = _SIZE_MAX if size is None else size
+        _check(_lib.lib().pyalloc_engine_free(self.handle, ptr, expected))
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        """``ptr`` is also used on ``stream``: don't reuse it until that work is done."""
+        _check(_lib.lib().pyalloc_engine_record_stream(self.handle, ptr, stream))
+
+    def empty_cache(self) -> None:
+        _check(_lib.lib().pyalloc_engine_empty_cache(self.handle))
+
+    def set_budget(self, nbytes: int) -> None:
+        _check(_lib.lib().pyalloc_engine_set_budget(self.handle, nbytes))
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        _check(_lib.lib().pyalloc_engine_set_memory_fraction(self.handle, fraction))
+
+    # --- streams (simulated device: worker threads) -----------------------------------
+    def create_stream(self) -> int:
+        out = ctypes.c_size_t()
+        _check(_lib.lib().pyalloc_engine_stream_create(self.handle, ctypes.byref(out)))
+        return out.value
+
+    def destroy_stream(self, stream: int) -> None:
+        _check(_lib.lib().pyalloc_engine_stream_destroy(self.handle, stream))
+
+    def synchronize(self) -> None:
+        _check(_lib.lib().pyalloc_engine_synchronize(self.handle))
+
+    def fill_async(self, stream: int, ptr: int, nbytes: int, value: int) -> None:
+        """Simulated device: enqueue ``memset(ptr, value, nbytes)`` on ``stream``."""
+        _check(_lib.lib().pyalloc_sim_fill_async(self.handle, stream, ptr, nbytes, value))
+
+    def set_stream_delay(self, stream: int, microseconds: int) -> None:
+        """Simulated device: every task on ``stream`` first sleeps this long."""
+        _check(_lib.lib().pyalloc_sim_set_stream_delay(self.handle, stream, microseconds))
+
+    # --- introspection ------------------------------------------------------------------
+    def stats(self) -> Dict[str, Any]:
+        """The flat stats dict; keys are defined in docs/stats.md."""
+        return json.loads(_lib.take_string(_lib.lib().pyalloc_engine_stats_json(self.handle)))
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Segments and their blocks, in address order."""
+        return json.loads(_lib.take_string(_lib.lib().pyalloc_engine_snapshot_json(self.handle)))
+
+    def check_invariants(self) -> None:
+        """Raises :class:`PyallocError` describing the first broken invariant."""
+        _check(_lib.lib().pyalloc_engine_check_invariants(self.handle))
+
+    def reset_peak_stats(self) -> None:
+        _check(_lib.lib().pyalloc_engine_reset_peak_stats(self.handle))
+
+    def reset_accumulated_stats(self) -> None:
+        _check(_lib.lib().pyalloc_engine_reset_accumulated_stats(self.handle))
+
+    def stress(self, threads: int = 8, ops: int = 100_000, seed: int = 0,
+               max_size: int = 16 << 20, check_every: int = 0) -> None:
+        """Runs the native multi-threaded stress loop; raises on the first failure."""
+        _check(_lib.lib().pyalloc_stress(self.handle, threads, ops, seed, max_size, check_every))
+
+    # --- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Releases the engine's memory. Fails while blocks are still allocated."""
+        if self._handle is not None and self._owned:
+            _check(_lib.lib().pyalloc_engine_destroy(self._handle))
+        self._handle = None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass  # still-live blocks: leak the engine rather than free memory in use

@@ -1,0 +1,143 @@
+"""``pyalloc.install()``: make PyTorch allocate through pyalloc.
+
+On a GPU, pyalloc's library is loaded with ``torch.cuda.memory.CUDAPluggableAllocator``
+and made the current CUDA allocator, with its hooks wired to ``torch.cuda.empty_cache``,
+``set_per_process_memory_fraction`` and ``Tensor.record_stream``. PyTorch allows that
+only before CUDA is initialized, hence "call install() before the model is created".
+
+Without a GPU (or with ``device="cpu"``), pyalloc installs the *simulated device*: a c10
+CPU allocator (the CPU shim) serves every PyTorch CPU tensor from an engine over host
+memory, under the same budget and with the same stats, so the whole stack runs and is
+tested on a laptop or in CI.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+
+from . import _cpu_shim, _lib
+from .errors import PyallocError
+from .options import Budget, build_options
+
+log = logging.getLogger("pyalloc")
+
+_installed_device: Optional[str] = None  # "cuda" or "cpu" once installed
+_keepalive: list = []  # objects PyTorch holds raw pointers into
+
+
+def installed_device() -> Optional[str]:
+    """``"cuda"``, ``"cpu"`` (the simulated device), or ``None`` before :func:`install`."""
+    return _installed_device
+
+
+def is_installed() -> bool:
+    return _installed_device is not None
+
+
+def _resolve_device(device: str) -> str:
+    if device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f'device must be "auto", "cuda" or "cpu", got {device!r}')
+    has_gpu = torch.cuda.is_available()  # does not initialize CUDA
+    if device == "cuda":
+        if not has_gpu:
+            raise RuntimeError(
+                'pyalloc.install(device="cuda") but PyTorch sees no CUDA GPU '
+                "(torch.cuda.is_available() is False). Use device=\"cpu\" for the simulated "
+                "device, or install a CUDA build of PyTorch on a machine with a GPU."
+            )
+        if not _lib.lib().pyalloc_has_cuda_backend():
+            raise RuntimeError(
+                "this pyalloc build has no CUDA backend: the CUDA toolkit headers (cuda.h) were "
+                "not found when it was compiled. Reinstall with CUDA_HOME pointing at a toolkit."
+            )
+        return "cuda"
+    if device == "auto":
+        if has_gpu and _lib.lib().pyalloc_has_cuda_backend():
+            return "cuda"
+        log.info(
+            "pyalloc: no CUDA GPU found; installing the simulated device "
+            "(CPU tensors are served by the engine under the budget)"
+        )
+    return "cpu"
+
+
+def install(device: str = "auto", budget: Budget = None, **options: Any) -> str:
+    """Route PyTorch's allocations through pyalloc. Call once, before creating tensors.
+
+    Parameters
+    ----------
+    device : {"auto", "cuda", "cpu"}
+        ``"cuda"``: the GPU allocator. ``"cpu"``: the simulated device (CPU tensors).
+        ``"auto"``: CUDA when a GPU is available, else the simulated device.
+    budget : int, float or str, optional
+        Hard cap on reserved memory: bytes (``8 << 30``), a string (``"8GiB"``), or a
+        fraction of device memory (``0.8`` or ``"80%"``). Default: all of it. On the
+        simulated device the device holds ``sim_capacity`` bytes (default 4 GiB).
+    **options
+        Any option listed by :func:`pyalloc.options_table`, overriding ``PYALLOC_CONF``.
+
+    Returns
+    -------
+    str
+        The device installed: ``"cuda"`` or ``"cpu"``.
+
+    Raises
+    ------
+    ValueError
+        An unknown option or a value the engine cannot parse (the message names it).
+    RuntimeError
+        Already installed; CUDA already initialized; ``device="cuda"`` without a GPU.
+    """
+    global _installed_device
+    if _installed_device is not None:
+        raise RuntimeError(
+            f"pyalloc is already installed in this process (device={_installed_device!r}); "
+            "install() can be called once, before the first tensor is created"
+        )
+    text = build_options(budget, options)
+    resolved = _resolve_device(device)
+    if resolved == "cuda":
+        _install_cuda(text)
+    else:
+        _install_cpu(text)
+    _installed_device = resolved
+    log.info("pyalloc: installed on %s with options %r", resolved, text)
+    return resolved
+
+
+def _install_cuda(options: str) -> None:
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "CUDA is already initialized, so PyTorch no longer lets its allocator be replaced. "
+            "Call pyalloc.install() first thing, before any CUDA tensor or model is created "
+            "(and before imports that touch the GPU)."
+        )
+    lib = _lib.lib()
+    if lib.pyalloc_install(b"cuda", options.encode()) != 0:
+        raise PyallocError(_lib.last_error())
+    path = str(_lib.library_path())
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "pyalloc_malloc", "pyalloc_free")
+    hooks = allocator.allocator()
+    hooks.set_reset_fn(_lib.address_of("pyalloc_empty_cache_hook"))
+    hooks.set_memory_fraction_fn(_lib.address_of("pyalloc_memory_fraction_hook"))
+    hooks.set_record_stream_fn(_lib.address_of("pyalloc_record_stream_hook"))
+    torch.cuda.memory.change_current_allocator(allocator)
+    _keepalive.append(allocator)
+
+
+def _install_cpu(options: str) -> None:
+    shim = _cpu_shim.load()  # compile first: a build failure must not leave a half install
+    lib = _lib.lib()
+    if lib.pyalloc_install(b"host", options.encode()) != 0:
+        raise PyallocError(_lib.last_error())
+    engine = lib.pyalloc_installed_engine(0)
+    rc = shim.pyalloc_cpu_shim_install(
+        _lib.address_of("pyalloc_engine_alloc"),
+        _lib.address_of("pyalloc_engine_free"),
+        _lib.address_of("pyalloc_last_error"),
+        engine,
+    )
+    if rc != 0:
+        raise PyallocError("the CPU shim refused to install (null function pointer)")
