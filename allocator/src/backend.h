@@ -75,6 +75,9 @@ class Backend {
   virtual void unmap(std::uintptr_t va, std::size_t bytes) = 0;
 
   // --- streams and events ----------------------------------------------------------
+  // True if work on `stream` completes before the call that enqueued it returns (the
+  // simulated device's stream 0). Blocks freed on such a stream are idle at once.
+  virtual bool stream_is_synchronous(StreamId /*stream*/) const { return false; }
   virtual StreamId create_stream() = 0;
   virtual void destroy_stream(StreamId stream) = 0;
   virtual EventId create_event() = 0;

@@ -31,9 +31,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "backend.h"
+#include "node_pool.h"
 
 namespace pyalloc {
 
@@ -71,6 +73,26 @@ inline std::size_t preferred_segment_size(std::size_t rounded) {
 }
 
 struct Segment;
+struct Block;
+
+// A free block's entry in its pool's free set. Entries are ordered by (stream tag, size,
+// address): lower_bound on (stream, size) finds the smallest block of that tag that fits
+// (best fit), and ties go to the lowest address, which keeps live data packed toward the
+// start of segments. The key is copied into the entry so that walking the tree never
+// touches the Block itself: with the key behind a pointer, each tree level cost a cache
+// miss, and the tree walks were most of a malloc/free pair (tools/bench_alloc.py).
+struct FreeEntry {
+  StreamId stream;
+  std::size_t size;
+  std::uintptr_t addr;
+  Block* block;
+  bool operator<(const FreeEntry& o) const {
+    if (stream != o.stream) return stream < o.stream;
+    if (size != o.size) return size < o.size;
+    return addr < o.addr;
+  }
+};
+using FreeSet = std::set<FreeEntry, std::less<FreeEntry>, PooledAllocator<FreeEntry>>;
 
 struct Block {
   std::uintptr_t addr = 0;
@@ -83,6 +105,8 @@ struct Block {
   BlockState state = BlockState::kFree;
   int pending_events = 0;             // kAwaitingEvents: events not yet complete
   std::vector<StreamId> stream_uses;  // other streams that used it (record_stream)
+  // kFree only: this block's entry in its pool's free set, so erasing it needs no search.
+  FreeSet::iterator free_pos;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };

@@ -83,7 +83,7 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
            "given to malloc)";
   }
   if (block->stream_uses.empty()) {
-    pool_.release(block);
+    release_locked(block);
     after_op_locked();
     return "";
   }
@@ -101,7 +101,7 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
     pending.events.push_back(e);
   }
   if (pending.events.empty()) {
-    pool_.release(block);
+    release_locked(block);
   } else {
     pool_.mark_awaiting(block);
     pending_.push_back(std::move(pending));
@@ -122,6 +122,11 @@ std::string Engine::record_stream(void* ptr, StreamId stream) {
   }
   block->stream_uses.push_back(stream);
   return "";
+}
+
+void Engine::release_locked(Block* block) {
+  if (backend_->stream_is_synchronous(block->stream)) block->stream = kAnyStream;
+  pool_.release(block);
 }
 
 EventId Engine::acquire_event_locked() {
@@ -147,7 +152,7 @@ void Engine::process_events_locked(bool wait) {
       continue;
     }
     for (EventId e : p.events) spare_events_.push_back(e);
-    pool_.release(p.block);
+    release_locked(p.block);
   }
   pending_.resize(kept);
 }

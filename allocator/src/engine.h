@@ -79,6 +79,8 @@ class Engine {
     std::vector<EventId> events;
   };
   void process_events_locked(bool wait);
+  // Returns a block to the pool, tagged idle if its stream's work is already done.
+  void release_locked(Block* block);
   EventId acquire_event_locked();
 
   void after_op_locked();  // the check_invariants option

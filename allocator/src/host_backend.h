@@ -48,6 +48,7 @@ class HostBackend final : public Backend {
   bool map(std::uintptr_t va, PhysicalHandle phys) override;
   void unmap(std::uintptr_t va, std::size_t bytes) override;
 
+  bool stream_is_synchronous(StreamId stream) const override { return stream == 0; }
   StreamId create_stream() override;
   void destroy_stream(StreamId stream) override;
   EventId create_event() override;

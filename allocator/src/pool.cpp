@@ -26,14 +26,26 @@ const char* state_name(BlockState s) {
 
 }  // namespace
 
+Pool::Pool(std::size_t max_split_size)
+    : max_split_size_(max_split_size),
+      free_{FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_)),
+            FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_))} {}
+
 Pool::~Pool() {
   for (auto& kv : segments_) destroy_segment(kv.second);
+}
+
+Block* Pool::new_block() { return new (block_nodes_.get(sizeof(Block))) Block; }
+
+void Pool::delete_block(Block* b) {
+  b->~Block();
+  block_nodes_.put(b, sizeof(Block));
 }
 
 void Pool::destroy_segment(Segment* segment) {
   for (Block* b = segment->first; b != nullptr;) {
     Block* next = b->next;
-    delete b;
+    delete_block(b);
     b = next;
   }
   delete segment;
@@ -49,12 +61,12 @@ void Pool::inactive_split_account(const Block* b, int sign) {
 }
 
 void Pool::insert_free(Block* b) {
-  free_set(b).insert(b);
+  b->free_pos = free_set(b).insert(FreeEntry{b->stream, b->size, b->addr, b}).first;
   inactive_split_account(b, +1);
 }
 
 void Pool::erase_free(Block* b) {
-  free_set(b).erase(b);
+  free_set(b).erase(b->free_pos);
   inactive_split_account(b, -1);
 }
 
@@ -70,14 +82,16 @@ bool Pool::acceptable(const Block* b, std::size_t rounded) const {
 
 Block* Pool::find_free(std::size_t rounded, StreamId stream) const {
   const FreeSet& set = free_[static_cast<int>(pool_for(rounded))];
-  Block key;
-  key.size = rounded;
+  if (set.empty()) return nullptr;
+  // The set is ordered by tag first, so its ends bound the tags present: skip a probe
+  // that cannot match (in steady state only one of the two ever can).
+  const StreamId lowest = set.begin()->stream, highest = std::prev(set.end())->stream;
   Block* best = nullptr;
   for (StreamId tag : {stream, kAnyStream}) {
-    key.stream = tag;
-    auto it = set.lower_bound(&key);
-    if (it == set.end() || (*it)->stream != tag || !acceptable(*it, rounded)) continue;
-    if (!best || (*it)->size < best->size) best = *it;
+    if (tag < lowest || tag > highest) continue;
+    auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
+    if (it == set.end() || it->stream != tag || !acceptable(it->block, rounded)) continue;
+    if (!best || it->size < best->size) best = it->block;
     if (tag == kAnyStream) break;
   }
   return best;
@@ -94,7 +108,7 @@ bool Pool::should_split(const Block* b, std::size_t rounded) const {
 Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
   erase_free(b);
   if (should_split(b, rounded)) {
-    auto* rest = new Block;
+    Block* rest = new_block();
     rest->addr = b->addr + rounded;
     rest->size = b->size - rounded;
     rest->segment = b->segment;
@@ -109,7 +123,7 @@ Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId
   b->state = BlockState::kAllocated;
   b->requested = requested;
   b->stream = stream;
-  allocated_.emplace(b->addr, b);
+  allocated_.insert(b->addr, b);
 
   int p = stat_pool(b->segment);
   auto bytes = static_cast<std::int64_t>(b->size);
@@ -131,7 +145,7 @@ Block* Pool::add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool,
   seg->size = size;
   seg->pool = pool;
   seg->physical = phys;
-  auto* b = new Block;
+  Block* b = new_block();
   b->addr = addr;
   b->size = size;
   b->segment = seg;
@@ -190,7 +204,7 @@ void Pool::absorb_neighbours(Block* b) {
       if (n->next) n->next->prev = b;
     }
     b->size += n->size;
-    delete n;
+    delete_block(n);
   }
 }
 
@@ -214,10 +228,9 @@ void Pool::release(Block* b) {
 void Pool::adopt_stream(StreamId stream) {
   std::vector<Block*> blocks;
   for (FreeSet& set : free_) {
-    Block key;
-    key.stream = stream;
-    for (auto it = set.lower_bound(&key); it != set.end() && (*it)->stream == stream; ++it) {
-      blocks.push_back(*it);
+    for (auto it = set.lower_bound(FreeEntry{stream, 0, 0, nullptr});
+         it != set.end() && it->stream == stream; ++it) {
+      blocks.push_back(it->block);
     }
   }
   for (Block* b : blocks) erase_free(b);
@@ -240,8 +253,7 @@ void Pool::adopt_stream(StreamId stream) {
 // --- queries ---------------------------------------------------------------------------
 
 Block* Pool::find_allocated(std::uintptr_t ptr) const {
-  auto it = allocated_.find(ptr);
-  return it == allocated_.end() ? nullptr : it->second;
+  return allocated_.find(ptr);
 }
 
 std::string Pool::describe_unknown_pointer(std::uintptr_t ptr) const {
@@ -268,13 +280,11 @@ std::vector<StreamId> Pool::tagged_streams() const {
   std::set<StreamId> streams;
   for (const FreeSet& set : free_) {
     // Jump from tag to tag: the set is ordered by tag first.
-    Block key;
     for (auto it = set.begin(); it != set.end();) {
-      StreamId tag = (*it)->stream;
-      if (tag != kAnyStream) streams.insert(tag);
-      if (tag == kAnyStream) break;
-      key.stream = tag + 1;
-      it = set.lower_bound(&key);
+      StreamId tag = it->stream;
+      if (tag == kAnyStream) break;  // the largest tag: nothing after it
+      streams.insert(tag);
+      it = set.lower_bound(FreeEntry{tag + 1, 0, 0, nullptr});
     }
   }
   return {streams.begin(), streams.end()};
@@ -286,14 +296,9 @@ FragmentationFigures Pool::fragmentation() const {
                                                  stats_.active_bytes[kAllPools].current);
   for (const FreeSet& set : free_) {
     // The largest block of each tag is the last one before the next tag starts.
-    Block key;
     for (auto it = set.begin(); it != set.end();) {
-      StreamId tag = (*it)->stream;
-      key.stream = tag;
-      key.size = SIZE_MAX;
-      key.addr = UINTPTR_MAX;
-      auto last = set.upper_bound(&key);
-      std::size_t size = (*std::prev(last))->size;
+      auto last = set.upper_bound(FreeEntry{it->stream, SIZE_MAX, UINTPTR_MAX, nullptr});
+      std::size_t size = std::prev(last)->size;
       if (size > f.largest_free_block) f.largest_free_block = size;
       it = last;
     }
@@ -336,7 +341,10 @@ std::string Pool::check_invariants() const {
         case BlockState::kFree: {
           ++free_blocks;
           const FreeSet& set = free_[static_cast<int>(seg->pool)];
-          if (set.find(const_cast<Block*>(b)) == set.end()) return fail("free block missing from its free set", b);
+          auto it = set.find(FreeEntry{b->stream, b->size, b->addr, nullptr});
+          if (it == set.end() || it->block != b || b->free_pos != it) {
+            return fail("free block missing from its free set", b);
+          }
           if (b->next && b->next->state == BlockState::kFree && tags_compatible(b->stream, b->next->stream)) {
             return fail("adjacent free blocks were not merged", b);
           }

@@ -11,29 +11,17 @@
 #include <map>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "address_map.h"
 #include "block.h"
 #include "stats.h"
 
 namespace pyalloc {
 
-// Free blocks are ordered by (stream tag, size, address): lower_bound on (stream, size)
-// finds the smallest block of that tag that fits (best fit), and ties go to the lowest
-// address, which keeps live data packed toward the start of segments.
-struct BlockOrder {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->addr < b->addr;
-  }
-};
-using FreeSet = std::set<Block*, BlockOrder>;
-
 class Pool {
  public:
-  explicit Pool(std::size_t max_split_size) : max_split_size_(max_split_size) {}
+  explicit Pool(std::size_t max_split_size);
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -58,7 +46,7 @@ class Pool {
   // Removes every segment that is one free block, and returns them; the caller unmaps
   // and frees them on the device.
   std::vector<Segment*> take_releasable_segments();
-  static void destroy_segment(Segment* segment);
+  void destroy_segment(Segment* segment);
 
   Block* find_allocated(std::uintptr_t ptr) const;
   // For an error message: why `ptr` is not an allocated block ("double free", ...).
@@ -88,10 +76,15 @@ class Pool {
     return a == b || a == kAnyStream || b == kAnyStream;
   }
 
+  Block* new_block();
+  void delete_block(Block* b);
+
+  // Declared first: the containers below allocate from them until they are destroyed.
+  NodeFreeList block_nodes_, set_nodes_;
   std::size_t max_split_size_;
-  FreeSet free_[2];                                          // indexed by PoolKind
-  std::map<std::uintptr_t, Segment*> segments_;              // by address
-  std::unordered_map<std::uintptr_t, Block*> allocated_;     // kAllocated blocks by address
+  FreeSet free_[2];                               // indexed by PoolKind
+  std::map<std::uintptr_t, Segment*> segments_;   // by address
+  AddressMap allocated_;                          // kAllocated blocks by address
   Stats stats_;
 };
 

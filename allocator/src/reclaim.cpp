@@ -84,7 +84,7 @@ bool Engine::release_cached_locked() {
     backend_->release_physical(seg->physical);
     backend_->unreserve(seg->addr, seg->size);
     ++pool_.stats().num_device_free;
-    Pool::destroy_segment(seg);
+    pool_.destroy_segment(seg);
   }
   return true;
 }
