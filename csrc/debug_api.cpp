@@ -89,6 +89,10 @@ int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t s
   if (!engine) return fail("engine handle is NULL");
   if (threads < 1 || threads > 1024) return fail("threads must be in [1, 1024]");
   if (max_size < 1) return fail("max_size must be at least 1");
+  if (!host_backend(engine)) {
+    return fail("pyalloc_stress writes and checks patterns from the CPU, so it needs an engine on "
+                "the simulated device (backend \"host\")");
+  }
 
   const std::int64_t live_before = engine->live_blocks();
   std::atomic<std::uint64_t> done{0};

@@ -59,3 +59,26 @@ def run_in_subprocess(code: str, timeout: float = 600, env: dict | None = None) 
     if proc.returncode != 0:
         pytest.fail(f"subprocess failed ({proc.returncode}):\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc.stdout
+
+
+@pytest.fixture
+def make_engine():
+    """Creates isolated simulated-device engines; at teardown each must still satisfy its
+    invariants and close cleanly, so a test that leaks a block fails."""
+    from pyalloc import Engine
+
+    engines = []
+
+    def make(budget="64MiB", sim_capacity="256MiB", **options):
+        engine = Engine("host", budget=budget, sim_capacity=sim_capacity, **options)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        if engine._handle is None:
+            continue
+        engine.synchronize()
+        engine.check_invariants()
+        engine.empty_cache()  # completes frees that waited on other streams
+        engine.close()

@@ -1,0 +1,157 @@
+"""GPU tests: pyalloc as PyTorch's CUDA allocator. Skipped cleanly without CUDA.
+
+Each test installs pyalloc in a fresh interpreter (install() is one-way per process).
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_in_subprocess
+
+pytestmark = pytest.mark.gpu
+
+MLP_RUN = """
+import hashlib, torch
+from torch import nn
+if {install}:
+    import pyalloc
+    pyalloc.install(device="cuda", budget="4GiB")
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Dropout(0.1), nn.Linear(1024, 10)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(512, 256, device="cuda"); y = torch.randint(0, 10, (512,), device="cuda")
+for _ in range(8):
+    opt.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    print("loss", loss.item().hex())
+h = hashlib.sha256()
+for p in model.parameters():
+    h.update(p.detach().cpu().numpy().tobytes())
+print("params", h.hexdigest())
+if {install}:
+    s = pyalloc.memory_stats()
+    live = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert s["allocated_bytes.all.current"] >= live, s
+    assert s["reserved_bytes.all.current"] <= 4 << 30
+    pyalloc.check_invariants()
+    print("served", s["allocation.all.allocated"])
+"""
+
+
+def test_training_on_gpu_is_bit_identical_to_native_allocator():
+    mine = run_in_subprocess(MLP_RUN.format(install=True))
+    native = run_in_subprocess(MLP_RUN.format(install=False))
+    pick = lambda out: [l for l in out.splitlines() if l.startswith(("loss", "params"))]
+    assert len(pick(mine)) == 9
+    assert pick(mine) == pick(native)
+    assert "served" in mine
+
+
+def test_hooks_empty_cache_memory_fraction_record_stream():
+    run_in_subprocess("""
+        import torch, pyalloc
+        pyalloc.install(device="cuda")
+        total = pyalloc.memory_stats()["device_total_bytes"]
+        x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        del x
+        assert pyalloc.memory_stats()["reserved_bytes.all.current"] >= 64 << 20
+        torch.cuda.empty_cache()                          # reset hook
+        assert pyalloc.memory_stats()["reserved_bytes.all.current"] == 0
+        torch.cuda.set_per_process_memory_fraction(0.25)  # memory-fraction hook
+        assert pyalloc.memory_stats()["budget_bytes"] == int(0.25 * total)
+        side = torch.cuda.Stream()
+        y = torch.ones(1 << 20, device="cuda")
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)                 # keep the side stream busy
+            y.mul_(2)
+        y.record_stream(side)                             # record_stream hook
+        y_ptr = y.data_ptr()
+        del y
+        s = pyalloc.memory_stats()
+        assert s["pending_frees"] == 1, s                 # waits for the side stream
+        z = torch.empty(1 << 20, device="cuda")           # the side stream still uses y's block
+        assert z.data_ptr() != y_ptr
+        torch.cuda.synchronize()
+        pyalloc.empty_cache()
+        assert pyalloc.memory_stats()["pending_frees"] == 0
+        pyalloc.check_invariants()
+        print("ok")
+    """)
+
+
+def test_cross_stream_reuse_never_corrupts():
+    run_in_subprocess("""
+        import random, torch, pyalloc
+        pyalloc.install(device="cuda", budget="512MiB")
+        rng = random.Random(0)
+        streams = [torch.cuda.current_stream()] + [torch.cuda.Stream() for _ in range(3)]
+        live = []
+        for i in range(3000):
+            if live and (len(live) > 40 or rng.random() < 0.45):
+                t, value, s = live.pop(rng.randrange(len(live)))
+                with torch.cuda.stream(s):
+                    assert bool((t == value).all()), f"block clobbered at step {i}"
+                continue
+            s = rng.choice(streams)
+            n = rng.choice([1 << 10, 1 << 16, 1 << 20, 3 << 20, 9 << 20]) // 4
+            with torch.cuda.stream(s):
+                t = torch.full((n,), float(i), device="cuda")
+            live.append((t, float(i), s))
+        torch.cuda.synchronize()
+        s = pyalloc.memory_stats()
+        pyalloc.check_invariants()
+        print("fences", s["num_stream_fences"], "retries", s["num_alloc_retries"])
+    """)
+
+
+def test_oom_under_budget_reports_and_recovers():
+    out = run_in_subprocess("""
+        import torch, pyalloc
+        pyalloc.install(device="cuda", budget="1GiB")
+        keep = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
+        except RuntimeError as e:   # the pluggable path cannot raise torch.OutOfMemoryError
+            assert "out of memory" in str(e) and "budget 1.00 GiB" in str(e), str(e)
+            print("oom reported")
+        small = torch.ones(64 << 20, dtype=torch.uint8, device="cuda")
+        assert int(small.sum()) == 64 << 20
+        pyalloc.check_invariants()
+        assert pyalloc.memory_stats()["num_ooms"] == 1
+    """)
+    assert "oom reported" in out
+
+
+def test_install_after_cuda_init_says_what_to_do():
+    out = run_in_subprocess("""
+        import torch, pyalloc
+        torch.zeros(1, device="cuda")
+        try:
+            pyalloc.install(device="cuda")
+        except RuntimeError as e:
+            print(e)
+        assert not pyalloc.is_installed()
+    """)
+    assert "Call pyalloc.install() first thing" in out
+
+
+def test_engine_handle_on_cuda():
+    run_in_subprocess("""
+        import pyalloc
+        with pyalloc.Engine("cuda", budget="1GiB") as e:
+            ptrs = [e.alloc(n) for n in (0, 1, 4096, 5 << 20, 40 << 20)]
+            assert len(set(ptrs)) == len(ptrs)
+            e.check_invariants()
+            for p in ptrs:
+                e.free(p)
+            e.empty_cache()
+            assert e.stats()["reserved_bytes.all.current"] == 0
+            try:
+                e.stress()
+            except pyalloc.PyallocError as err:
+                assert "simulated device" in str(err)
+        print("ok")
+    """)
