@@ -148,7 +148,11 @@ void Engine::process_events_locked(bool wait) {
       }
     }
     if (!done) {
-      pending_[kept++] = std::move(p);
+      // Not `pending_[kept++] = std::move(p)`: when nothing was removed yet that is a
+      // self-move, and a self-moved std::vector is left empty, so the entry would lose its
+      // events and the block would be released before its streams finished with it.
+      if (&pending_[kept] != &p) pending_[kept] = std::move(p);
+      ++kept;
       continue;
     }
     for (EventId e : p.events) spare_events_.push_back(e);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 namespace pyalloc {
 namespace {
@@ -173,10 +172,12 @@ Options Options::defaults() {
 
 std::string Options::parse(const std::string& text, Options* out) {
   Options o = *out;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    item = trim(item);
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string item = trim(text.substr(begin, end - begin));
+    begin = end + 1;
     if (item.empty()) continue;
     std::size_t colon = item.find(':');
     if (colon == std::string::npos) {
@@ -191,12 +192,15 @@ std::string Options::parse(const std::string& text, Options* out) {
 }
 
 std::string Options::to_string() const {
-  std::ostringstream s;
-  if (budget_bytes) s << "budget:" << budget_bytes;
-  else s << "budget:" << budget_fraction;
-  s << ",sim_capacity:" << sim_capacity << ",max_split_size:" << max_split_size
-    << ",check_invariants:" << (check_invariants ? "true" : "false");
-  return s.str();
+  // snprintf rather than iostreams: the library stays free of locale and stream state.
+  char buf[256];
+  if (budget_bytes) std::snprintf(buf, sizeof buf, "budget:%zu", budget_bytes);
+  // As a percentage: a bare "1" would read back as one byte, not the whole device.
+  else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
+  std::string out = buf;
+  std::snprintf(buf, sizeof buf, ",sim_capacity:%zu,max_split_size:%zu,check_invariants:%s",
+                sim_capacity, max_split_size, check_invariants ? "true" : "false");
+  return out + buf;
 }
 
 std::string Options::table_json() {

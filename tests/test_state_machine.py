@@ -1,0 +1,250 @@
+"""Randomized state-machine test of the engine (Hypothesis ``RuleBasedStateMachine``).
+
+Hypothesis drives random sequences of alloc / free / record_stream / fill-on-a-stream /
+synchronize / empty_cache over sizes from bytes to tens of MiB, on stream 0 and three
+created streams (one of them slow), under a budget tight enough that allocations
+sometimes fail. A plain-Python model tracks every live block. After every step:
+
+* ``check_invariants()`` holds (blocks tile segments, free neighbours merged, the stats
+  equal a walk over the blocks);
+* the stats agree with the model: ``allocation.all.current`` is the number of live
+  blocks, ``requested_bytes.all.current`` the sum of their requested sizes,
+  ``allocated_bytes.all.current`` the sum of their block sizes, and reserved <= budget;
+* the snapshot agrees with the model: each live block is allocated at its address with
+  its requested size, on its stream, in the pool and with the size its class dictates,
+  and no two live blocks overlap.
+
+Every block holds a pattern written when it was allocated and verified before it is
+freed, so a block handed out twice, or reused while a stream still writes to it, reads
+wrong. An out-of-memory error is a legal outcome: the model is unchanged, the message
+says "out of memory", and the request really could not fit under the budget.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+from hypothesis import HealthCheck, event, settings, strategies as st
+from hypothesis.stateful import (
+    Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule,
+)
+
+from memory_patterns import (
+    MiB, ROUND_LARGE, SMALL_SIZE, pattern_bytes, pool_of, regions, round_size, round_up,
+    write_pattern,
+)
+from pyalloc import Engine, OutOfMemoryError
+
+BUDGET = 64 * MiB
+CAPACITY = "128MiB"
+SLOW_STREAM_DELAY_US = 1000
+
+SIZES = st.one_of(
+    st.integers(0, 4096),
+    st.integers(4096, 1 << 20),
+    st.integers(1 << 20, 40 << 20),
+)
+_tags = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Live:
+    ptr: int
+    size: int
+    stream_index: int
+    tag: int
+    fill: Optional[int] = None        # byte value of the last completed fill, if any
+    pending: List[int] = field(default_factory=list)  # fills that may not have landed yet
+    pending_stream: Optional[int] = None
+
+    def expected(self, off: int, length: int) -> bytes:
+        if self.fill is not None:
+            return bytes([self.fill]) * length
+        return pattern_bytes(self.tag, off, length)
+
+    def mismatch(self) -> str:
+        """'' if the block holds what the model says; with fills in flight, each byte may
+        be either its old value or one of the values being written."""
+        for off, length in regions(self.size):
+            got = ctypes.string_at(self.ptr + off, length)
+            want = self.expected(off, length)
+            if got == want:
+                continue
+            if self.pending:
+                g = np.frombuffer(got, dtype=np.uint8)
+                ok = (g == np.frombuffer(want, dtype=np.uint8)) | np.isin(g, self.pending)
+                if ok.all():
+                    continue
+                first = int(np.argmin(ok))
+            else:
+                first = next(i for i in range(length) if got[i] != want[i])
+            return (f"block 0x{self.ptr:x} (requested {self.size} B, tag {self.tag}) byte "
+                    f"{off + first} reads 0x{got[first]:02x}, expected 0x{want[first]:02x}"
+                    f"{' or one of ' + str(self.pending) if self.pending else ''}")
+        return ""
+
+
+class EngineMachine(RuleBasedStateMachine):
+    blocks = Bundle("blocks")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine = Engine("host", budget=BUDGET, sim_capacity=CAPACITY)
+        self.streams = [0] + [self.engine.create_stream() for _ in range(3)]
+        self.engine.set_stream_delay(self.streams[1], SLOW_STREAM_DELAY_US)
+        self.live: dict = {}  # tag -> Live
+
+    # --- rules ---------------------------------------------------------------------------
+
+    @rule(target=blocks, size=SIZES, stream_index=st.integers(0, 3))
+    def alloc(self, size, stream_index):
+        ooms_before = self.engine.stats()["num_ooms"]
+        try:
+            ptr = self.engine.alloc(size, self.streams[stream_index])
+        except OutOfMemoryError as error:
+            message = str(error)
+            assert "out of memory" in message, message
+            stats = self.engine.stats()
+            assert stats["num_ooms"] == ooms_before + 1
+            # After the release rung, not even a segment of exactly the request's size
+            # fitted under the budget.
+            exact = round_up(round_size(size), ROUND_LARGE)
+            assert stats["reserved_bytes.all.current"] + exact > BUDGET, message
+            event("alloc: out of memory")
+            return multiple()
+        assert ptr and ptr % 512 == 0
+        block = Live(ptr, size, stream_index, next(_tags))
+        write_pattern(ptr, size, block.tag)
+        self.live[block.tag] = block
+        return block
+
+    @rule(block=consumes(blocks), pass_size=st.booleans())
+    def free(self, block, pass_size):
+        problem = block.mismatch()
+        assert not problem, problem
+        if block.pending:
+            event("free: a fill may still be in flight")
+        self.engine.free(block.ptr, block.size if pass_size else None)
+        del self.live[block.tag]
+
+    @rule(block=blocks, stream_index=st.integers(1, 3))
+    def record_stream(self, block, stream_index):
+        self.engine.record_stream(block.ptr, self.streams[stream_index])
+
+    @rule(block=blocks, stream_index=st.integers(1, 3), value=st.integers(0, 255))
+    def fill_on_stream(self, block, stream_index, value):
+        """Another stream writes the whole block asynchronously; as a correct program
+        does, the block is recorded on that stream so its free waits for the write."""
+        if block.size == 0:
+            return
+        if block.pending_stream is not None:
+            stream_index = block.pending_stream  # keep one writer: the outcome is ordered
+        if stream_index == block.stream_index:
+            # Work on the block's own stream needs no record_stream, but our pattern writes
+            # come from the host, which does not wait for that stream; keep them apart.
+            stream_index = 1 + stream_index % 3
+        stream = self.streams[stream_index]
+        self.engine.record_stream(block.ptr, stream)
+        self.engine.fill_async(stream, block.ptr, block.size, value)
+        block.pending.append(value)
+        block.pending_stream = stream_index
+
+    @rule()
+    def synchronize_and_verify(self):
+        self.engine.synchronize()
+        for block in self.live.values():
+            if block.pending:
+                block.fill, block.pending, block.pending_stream = block.pending[-1], [], None
+        for block in self.live.values():
+            problem = block.mismatch()
+            assert not problem, problem
+
+    @rule()
+    def empty_cache(self):
+        self.engine.empty_cache()
+        # Every segment that was wholly free is gone.
+        for seg in self.engine.snapshot()["segments"]:
+            only = seg["blocks"]
+            assert not (len(only) == 1 and only[0]["state"] == "inactive"), seg
+
+    # --- checks after every step --------------------------------------------------------
+
+    @invariant()
+    def engine_matches_the_model(self):
+        self.engine.check_invariants()
+        stats = self.engine.stats()
+        live = list(self.live.values())
+        assert stats["allocation.all.current"] == len(live)
+        assert stats["requested_bytes.all.current"] == sum(b.size for b in live)
+        assert stats["reserved_bytes.all.current"] <= BUDGET
+        assert stats["allocated_bytes.all.current"] <= stats["active_bytes.all.current"] \
+            <= stats["reserved_bytes.all.current"]
+
+        snapshot = {}
+        awaiting = awaiting_bytes = 0
+        for seg in self.engine.snapshot()["segments"]:
+            for b in seg["blocks"]:
+                snapshot[b["address"]] = (seg, b)
+                if b["state"] == "active_awaiting_free":
+                    awaiting += 1
+                    awaiting_bytes += b["size"]
+        assert stats["pending_frees"] == awaiting
+        assert stats["active_bytes.all.current"] - stats["allocated_bytes.all.current"] \
+            == awaiting_bytes
+
+        allocated = 0
+        end_of_previous = 0
+        for block in sorted(live, key=lambda b: b.ptr):
+            assert block.ptr in snapshot, f"live block 0x{block.ptr:x} is not in the snapshot"
+            seg, b = snapshot[block.ptr]
+            assert b["state"] == "active_allocated"
+            assert b["requested_size"] == block.size
+            assert b["stream"] == self.streams[block.stream_index]
+            assert seg["segment_type"] == pool_of(block.size)
+            rounded = round_size(block.size)
+            if rounded <= SMALL_SIZE:
+                assert b["size"] == rounded
+            else:  # a large-pool remainder of at most 1 MiB stays attached
+                assert rounded <= b["size"] <= rounded + SMALL_SIZE
+            assert block.ptr >= end_of_previous, "live blocks overlap"
+            end_of_previous = block.ptr + b["size"]
+            allocated += b["size"]
+        assert stats["allocated_bytes.all.current"] == allocated
+
+    def teardown(self):
+        engine = self.engine
+        try:
+            engine.synchronize()
+            for block in self.live.values():
+                if block.pending:
+                    block.fill, block.pending = block.pending[-1], []
+                problem = block.mismatch()
+                assert not problem, problem
+            for block in list(self.live.values()):
+                engine.free(block.ptr, block.size)
+            self.live.clear()
+            engine.synchronize()
+            engine.empty_cache()  # also completes the frees waiting on events
+            engine.check_invariants()
+            stats = engine.stats()
+            assert stats["allocation.all.current"] == 0
+            assert stats["active.all.current"] == 0 and stats["pending_frees"] == 0
+            assert stats["requested_bytes.all.current"] == 0
+        finally:
+            for stream in self.streams[1:]:
+                engine.destroy_stream(stream)
+            if not self.live:
+                engine.close()
+
+
+EngineMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                           HealthCheck.filter_too_much],
+)
+TestEngineStateMachine = EngineMachine.TestCase

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a machine with a GPU and no network: build pyalloc
+# (no build isolation, so no download), run the GPU tests and the PyTorch tests, the long
+# stress run, the allocator benchmark on the GPU and on the simulated device, and the demo.
+# Everything is written under OUTDIR.  Usage: tools/gpu_suite.sh OUTDIR
+set -uo pipefail
+out=${1:?usage: tools/gpu_suite.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-build-isolation --no-deps . > "$out/install.log" 2>&1 \
+  || { tail -30 "$out/install.log"; exit 1; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, platform; print('torch', torch.__version__, '| cpu', platform.processor())"
+  lscpu | grep 'Model name'; date -u; } | tee "$out/device.txt"
+(cd tests && python3 -m pytest -q -rs test_gpu.py test_torch_sim.py) 2>&1 | tee "$out/tests.log" | tail -15
+python3 - <<'PY' 2>&1 | tee "$out/stress.log"
+import time, pyalloc
+t = time.time()
+with pyalloc.Engine("host", budget="1GiB") as e:
+    e.stress(threads=16, ops=2_000_000, seed=1, max_size=32 << 20, check_every=20_000)
+print(f"stress: 2,000,000 ops on 16 threads, clean, {time.time() - t:.1f} s")
+PY
+python3 tools/bench_alloc.py --json "$out/bench_alloc_gpu.json" 2>&1 | tail -6
+python3 tools/bench_alloc.py --device cpu --json "$out/bench_alloc_sim.json" 2>&1 | tail -4
+pyalloc-demo --steps 20 --json "$out/demo_gpu.json" 2>/dev/null | tail -11
