@@ -11,7 +11,9 @@ python3 -m pip install -q --no-build-isolation --no-deps . > "$out/install.log" 
   || { tail -30 "$out/install.log"; exit 1; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, platform; print('torch', torch.__version__, '| cpu', platform.processor())"
-  lscpu | grep 'Model name'; date -u; } | tee "$out/device.txt"
+  lscpu | grep 'Model name'; c++ --version | head -1; date -u; } | tee "$out/device.txt"
+python3 -X faulthandler -c "import torch, pyalloc; e = pyalloc.Engine('host'); print('smoke: engine ok,', e.stats()['budget_bytes'], 'bytes')" \
+  || { echo "smoke check failed"; exit 1; }
 (cd tests && python3 -m pytest -q -rs test_gpu.py test_torch_sim.py) 2>&1 | tee "$out/tests.log" | tail -15
 python3 - <<'PY' 2>&1 | tee "$out/stress.log"
 import time, pyalloc
