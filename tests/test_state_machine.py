@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import (
     Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule,
@@ -40,7 +41,7 @@ from pyalloc import Engine, OutOfMemoryError
 
 BUDGET = 64 * MiB
 CAPACITY = "128MiB"
-SLOW_STREAM_DELAY_US = 1000
+SLOW_STREAM_DELAY_US = 5_000
 
 SIZES = st.one_of(
     st.integers(0, 4096),
@@ -137,20 +138,31 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(block=blocks, stream_index=st.integers(1, 3), value=st.integers(0, 255))
     def fill_on_stream(self, block, stream_index, value):
         """Another stream writes the whole block asynchronously; as a correct program
-        does, the block is recorded on that stream so its free waits for the write."""
+        does, the block is recorded on that stream so that its free waits for the write."""
         if block.size == 0:
             return
         if block.pending_stream is not None:
-            stream_index = block.pending_stream  # keep one writer: the outcome is ordered
+            stream_index = block.pending_stream  # one writer at a time: the outcome is ordered
         if stream_index == block.stream_index:
-            # Work on the block's own stream needs no record_stream, but our pattern writes
-            # come from the host, which does not wait for that stream; keep them apart.
+            # Work on the block's own stream needs no record_stream, but the patterns are
+            # written from the host, which does not wait for that stream: keep them apart.
             stream_index = 1 + stream_index % 3
         stream = self.streams[stream_index]
         self.engine.record_stream(block.ptr, stream)
         self.engine.fill_async(stream, block.ptr, block.size, value)
         block.pending.append(value)
         block.pending_stream = stream_index
+
+    @rule(block=consumes(blocks), stream_index=st.integers(1, 3), value=st.integers(0, 255))
+    def fill_then_free(self, block, stream_index, value):
+        """A side stream writes the block and its owner drops it at once (record_stream,
+        then del tensor): the memory must not be handed out again before the write lands,
+        or the next owner's pattern reads wrong."""
+        problem = block.mismatch()
+        assert not problem, problem
+        self.fill_on_stream(block, stream_index, value)
+        self.engine.free(block.ptr, block.size)
+        del self.live[block.tag]
 
     @rule()
     def synchronize_and_verify(self):
@@ -184,16 +196,27 @@ class EngineMachine(RuleBasedStateMachine):
             <= stats["reserved_bytes.all.current"]
 
         snapshot = {}
-        awaiting = awaiting_bytes = 0
+        awaiting = awaiting_bytes = reserved = 0
+        free_sizes = []
         for seg in self.engine.snapshot()["segments"]:
+            reserved += seg["total_size"]
             for b in seg["blocks"]:
                 snapshot[b["address"]] = (seg, b)
                 if b["state"] == "active_awaiting_free":
                     awaiting += 1
                     awaiting_bytes += b["size"]
+                elif b["state"] == "inactive":
+                    free_sizes.append(b["size"])
         assert stats["pending_frees"] == awaiting
         assert stats["active_bytes.all.current"] - stats["allocated_bytes.all.current"] \
             == awaiting_bytes
+        # The derived figures, recomputed from the snapshot.
+        assert stats["reserved_bytes.all.current"] == reserved
+        assert stats["cached_free_bytes"] == sum(free_sizes)
+        assert stats["largest_free_block"] == max(free_sizes, default=0)
+        if free_sizes:
+            assert stats["external_fragmentation"] == \
+                pytest.approx(1 - max(free_sizes) / sum(free_sizes), abs=1e-12)
 
         allocated = 0
         end_of_previous = 0
