@@ -63,10 +63,10 @@ def test_hooks_empty_cache_memory_fraction_record_stream():
         torch.cuda.set_per_process_memory_fraction(0.25)  # memory-fraction hook
         assert pyalloc.memory_stats()["budget_bytes"] == int(0.25 * total)
         side = torch.cuda.Stream()
-        a = torch.randn(8192, 8192, device="cuda")
         y = torch.ones(1 << 20, device="cuda")
         torch.cuda.synchronize()
         with torch.cuda.stream(side):
+            a = torch.randn(8192, 8192, device="cuda")    # born on the side stream
             # Keep the side stream busy for a while (torch.cuda._sleep returned at once on
             # the H100 this was written on, so real work it is): ~20 TFLOP of fp32 matmuls.
             for _ in range(20):
