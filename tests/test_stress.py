@@ -7,7 +7,9 @@
   release rungs all fire (asserted through the counters), and on a roomy one.
 * The same kind of workload from 8 Python threads through the ctypes API (ctypes releases
   the GIL during each call, so the engine sees real concurrency), with a thread that keeps
-  reading stats, snapshots and invariants and emptying the cache meanwhile.
+  reading stats, snapshots and invariants and emptying the cache meanwhile. Unlike the
+  native loop, blocks are also written by side streams as they are freed (fill_async +
+  record_stream), so memory reused before those writes land reads wrong.
 
 Size: ``--stress-ops N`` (default 200000, a few seconds); ``--stress-ops 1000000`` is the
 long run. The Python-threads test scales with it at 1/50 of the operations.
@@ -77,6 +79,7 @@ def test_stress_with_the_check_invariants_option():
 def test_python_threads_through_the_ctypes_api(make_engine, stress_ops):
     engine = make_engine(budget="96MiB", sim_capacity="128MiB")
     streams = [0] + [engine.create_stream() for _ in range(3)]
+    engine.set_stream_delay(streams[1], 300)  # one slow side stream
     ops_per_thread = max(500, stress_ops // 50 // THREADS)
     failures: list = []
     ooms = [0] * THREADS
@@ -89,11 +92,17 @@ def test_python_threads_through_the_ctypes_api(make_engine, stress_ops):
         try:
             for _ in range(ops_per_thread):
                 if live and (len(live) >= 24 or rng.random() < 0.45):
-                    ptr, size, t = live.pop(rng.randrange(len(live)))
+                    ptr, size, t, stream = live.pop(rng.randrange(len(live)))
                     problem = pattern_mismatch(ptr, size, t)
                     if problem:
                         failures.append(problem)
                         return
+                    if rng.random() < 0.2:
+                        # A side stream writes the block as it is dropped: whoever gets
+                        # this memory next must not see that write land.
+                        side = streams[1 + (streams.index(stream) % 3)]
+                        engine.record_stream(ptr, side)
+                        engine.fill_async(side, ptr, size, 0xEE)
                     engine.free(ptr, size)
                     continue
                 size = int(2 ** rng.uniform(0, 24))  # 1 B .. 16 MiB, log-uniform
@@ -106,13 +115,13 @@ def test_python_threads_through_the_ctypes_api(make_engine, stress_ops):
                     continue
                 tag += 1
                 write_pattern(ptr, size, tag)
-                live.append((ptr, size, tag))
+                live.append((ptr, size, tag, stream))
                 if rng.random() < 0.05:
                     engine.record_stream(ptr, rng.choice(streams))
         except Exception as error:  # reported below, with the thread's index
             failures.append(f"thread {index}: {error!r}")
         finally:
-            for ptr, size, t in live:
+            for ptr, size, t, _ in live:
                 problem = pattern_mismatch(ptr, size, t)
                 if problem:
                     failures.append(problem)
