@@ -302,6 +302,11 @@ char* pyalloc_engine_snapshot_json(pyalloc_engine* engine) {
   return to_c_string(engine->snapshot_json());
 }
 
+char* pyalloc_engine_options(pyalloc_engine* engine) {
+  if (!engine) return fail("engine handle is NULL"), nullptr;
+  return to_c_string(engine->options().to_string());
+}
+
 int pyalloc_engine_check_invariants(pyalloc_engine* engine) {
   PYALLOC_CHECK_ENGINE(engine);
   std::string violation = engine->check_invariants();
@@ -325,6 +330,23 @@ int pyalloc_engine_synchronize(pyalloc_engine* engine) {
   engine->backend().synchronize_device();
   return 0;
 }
+
+int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (capacity > (uint64_t{1} << 32)) {
+    return fail("trace capacity " + std::to_string(capacity) + " is too large: at most 2^32 events "
+                "(each takes 48 bytes)");
+  }
+  engine->set_trace_capacity(capacity);
+  return 0;
+}
+
+char* pyalloc_engine_trace_drain(pyalloc_engine* engine) {
+  if (!engine) return fail("engine handle is NULL"), nullptr;
+  return to_c_string(engine->drain_trace_json());
+}
+
+void pyalloc_set_trace_context(uint32_t context) { pyalloc::TraceRing::set_thread_context(context); }
 
 int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out) {
   PYALLOC_CHECK_ENGINE(engine);

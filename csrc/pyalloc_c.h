@@ -68,11 +68,18 @@ PYALLOC_API int pyalloc_engine_set_budget(pyalloc_engine* engine, uint64_t bytes
 PYALLOC_API int pyalloc_engine_set_memory_fraction(pyalloc_engine* engine, double fraction);
 PYALLOC_API char* pyalloc_engine_stats_json(pyalloc_engine* engine);
 PYALLOC_API char* pyalloc_engine_snapshot_json(pyalloc_engine* engine);
+/* The options the engine runs with, normalized ("budget:...,sim_capacity:...,..."). */
+PYALLOC_API char* pyalloc_engine_options(pyalloc_engine* engine);
 /* 0: every invariant holds; 1: violated (description in pyalloc_last_error). */
 PYALLOC_API int pyalloc_engine_check_invariants(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_reset_peak_stats(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_reset_accumulated_stats(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_synchronize(pyalloc_engine* engine);
+/* Tracing (docs/formats.md): record the most recent `capacity` events (0: stop), take
+ * them as {"dropped_events":N,"events":[...]}, and tag the calling thread's events. */
+PYALLOC_API int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity);
+PYALLOC_API char* pyalloc_engine_trace_drain(pyalloc_engine* engine);
+PYALLOC_API void pyalloc_set_trace_context(uint32_t context);
 /* Streams of the engine's device (on the simulated device: worker threads). */
 PYALLOC_API int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out);
 PYALLOC_API int pyalloc_engine_stream_destroy(pyalloc_engine* engine, uintptr_t stream);

@@ -18,6 +18,7 @@ from .engine import Engine
 from .errors import OutOfMemoryError, PyallocError
 from .install import install, installed_device, is_installed
 from .options import options_table
+from .trace import record_trace, save_snapshot
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,8 @@ __all__ = [
     "library_path",
     "memory_stats",
     "options_table",
+    "record_trace",
+    "save_snapshot",
     "reset_peak_memory_stats",
     "snapshot",
 ]

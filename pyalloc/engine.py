@@ -119,6 +119,11 @@ class Engine:
         """Segments and their blocks, in address order."""
         return json.loads(_lib.take_string(_lib.lib().pyalloc_engine_snapshot_json(self.handle)))
 
+    @property
+    def options_string(self) -> str:
+        """The options this engine runs with, normalized: ``"budget:...,sim_capacity:..."``."""
+        return _lib.take_string(_lib.lib().pyalloc_engine_options(self.handle))
+
     def check_invariants(self) -> None:
         """Raises :class:`PyallocError` describing the first broken invariant."""
         _check(_lib.lib().pyalloc_engine_check_invariants(self.handle))
@@ -128,6 +133,21 @@ class Engine:
 
     def reset_accumulated_stats(self) -> None:
         _check(_lib.lib().pyalloc_engine_reset_accumulated_stats(self.handle))
+
+    def trace_start(self, capacity: int = 1 << 20) -> None:
+        """Record the most recent ``capacity`` events (48 bytes each) until trace_stop()."""
+        _check(_lib.lib().pyalloc_engine_trace_start(self.handle, capacity))
+
+    def trace_drain(self) -> Dict[str, Any]:
+        """``{"dropped_events": n, "events": [[t_ns, action, address, size, requested,
+        stream, context], ...]}``, oldest first; recording continues."""
+        return json.loads(_lib.take_string(_lib.lib().pyalloc_engine_trace_drain(self.handle)))
+
+    def trace_stop(self) -> Dict[str, Any]:
+        """Stops recording and returns what :meth:`trace_drain` would."""
+        events = self.trace_drain()
+        self.trace_start(0)
+        return events
 
     def stress(self, threads: int = 8, ops: int = 100_000, seed: int = 0,
                max_size: int = 16 << 20, check_every: int = 0) -> None:

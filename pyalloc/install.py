@@ -13,11 +13,12 @@ tested on a laptop or in CI.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Optional
 
 import torch
 
-from . import _cpu_shim, _lib
+from . import _lib, _torch_shim
 from .errors import PyallocError
 from .options import Budget, build_options
 
@@ -63,7 +64,8 @@ def _resolve_device(device: str) -> str:
     return "cpu"
 
 
-def install(device: str = "auto", budget: Budget = None, **options: Any) -> str:
+def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional[str] = None,
+            stats_interval: float = 1.0, patch_torch: bool = True, **options: Any) -> str:
     """Route PyTorch's allocations through pyalloc. Call once, before creating tensors.
 
     Parameters
@@ -75,6 +77,14 @@ def install(device: str = "auto", budget: Budget = None, **options: Any) -> str:
         Hard cap on reserved memory: bytes (``8 << 30``), a string (``"8GiB"``), or a
         fraction of device memory (``0.8`` or ``"80%"``). Default: all of it. On the
         simulated device the device holds ``sim_capacity`` bytes (default 4 GiB).
+    stats_file : str, optional
+        Publish stats to this file every ``stats_interval`` seconds, for
+        ``pyalloc-stats watch``. ``"auto"``: ``<tempdir>/pyalloc-stats-<pid>.json``.
+        Default: ``$PYALLOC_STATS_FILE``, else off.
+    patch_torch : bool
+        On CUDA, make ``torch.cuda.memory_stats``, ``memory_allocated``, ``memory_summary``,
+        ``reset_peak_memory_stats`` and their kin report pyalloc's figures (under a
+        pluggable allocator PyTorch's own raise). See :mod:`pyalloc.torch_compat`.
     **options
         Any option listed by :func:`pyalloc.options_table`, overriding ``PYALLOC_CONF``.
 
@@ -100,9 +110,18 @@ def install(device: str = "auto", budget: Budget = None, **options: Any) -> str:
     resolved = _resolve_device(device)
     if resolved == "cuda":
         _install_cuda(text)
+        if patch_torch:
+            from .torch_compat import patch_torch_cuda
+
+            patch_torch_cuda()
     else:
         _install_cpu(text)
     _installed_device = resolved
+    stats_file = stats_file or os.environ.get("PYALLOC_STATS_FILE")
+    if stats_file:
+        from .publish import StatsPublisher
+
+        _keepalive.append(StatsPublisher(stats_file, stats_interval).start())
     log.info("pyalloc: installed on %s with options %r", resolved, text)
     return resolved
 
@@ -114,11 +133,18 @@ def _install_cuda(options: str) -> None:
             "Call pyalloc.install() first thing, before any CUDA tensor or model is created "
             "(and before imports that touch the GPU)."
         )
+    # The torch shim's entry points raise torch.OutOfMemoryError; libpyalloc's own can only
+    # raise RuntimeError. Build the shim first, so a failure leaves nothing installed.
+    try:
+        path, names = _torch_shim.path(), ("pyalloc_torch_malloc", "pyalloc_torch_free")
+    except Exception as e:  # no compiler, no headers: still usable, with a weaker error type
+        log.warning("pyalloc: could not build the torch shim (%s); out-of-memory errors will be "
+                    "RuntimeError instead of torch.OutOfMemoryError", e)
+        path, names = str(_lib.library_path()), ("pyalloc_malloc", "pyalloc_free")
     lib = _lib.lib()
     if lib.pyalloc_install(b"cuda", options.encode()) != 0:
         raise PyallocError(_lib.last_error())
-    path = str(_lib.library_path())
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "pyalloc_malloc", "pyalloc_free")
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, *names)
     hooks = allocator.allocator()
     hooks.set_reset_fn(_lib.address_of("pyalloc_empty_cache_hook"))
     hooks.set_memory_fraction_fn(_lib.address_of("pyalloc_memory_fraction_hook"))
@@ -128,16 +154,9 @@ def _install_cuda(options: str) -> None:
 
 
 def _install_cpu(options: str) -> None:
-    shim = _cpu_shim.load()  # compile first: a build failure must not leave a half install
+    shim = _torch_shim.load()  # compile first: a build failure must not leave a half install
     lib = _lib.lib()
     if lib.pyalloc_install(b"host", options.encode()) != 0:
         raise PyallocError(_lib.last_error())
-    engine = lib.pyalloc_installed_engine(0)
-    rc = shim.pyalloc_cpu_shim_install(
-        _lib.address_of("pyalloc_engine_alloc"),
-        _lib.address_of("pyalloc_engine_free"),
-        _lib.address_of("pyalloc_last_error"),
-        engine,
-    )
-    if rc != 0:
+    if shim.pyalloc_cpu_shim_install(lib.pyalloc_installed_engine(0)) != 0:
         raise PyallocError("the CPU shim refused to install (null function pointer)")

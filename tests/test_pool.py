@@ -224,10 +224,10 @@ def test_max_split_size_keeps_big_cached_blocks_whole(make_engine, max_split_siz
     stats = engine.stats()
     if max_split_size is None:
         assert block["size"] == 36 * MiB
-        assert stats["num_oversize_allocations"] == 0
+        assert stats["oversize_allocations.allocated"] == 0
     else:
         assert block["size"] == 40 * MiB  # not split: the 4 MiB rest stays attached
-        assert stats["num_oversize_allocations"] == 4  # 40, 40, 80 and 36 MiB
+        assert stats["oversize_allocations.allocated"] == 4  # 40, 40, 80 and 36 MiB
     # Under max_split_size, 50 MiB may not take the cached 80 MiB block: 30 MiB would be
     # wasted, more than the 20 MiB an oversize request may round up by.
     fifty = engine.alloc(50 * MiB)
@@ -363,6 +363,40 @@ def test_async_fill_never_clobbers_a_reused_block(make_engine):
     for ptr, size, t in live:
         assert_pattern(ptr, size, t)
         engine.free(ptr, size)
+
+
+def test_record_stream_on_the_allocation_stream_does_not_delay_the_free(make_engine):
+    engine = make_engine()
+    s = engine.create_stream()
+    x = engine.alloc(4 * KiB, s)
+    engine.record_stream(x, s)  # its own stream: already ordered, nothing to wait for
+    engine.free(x)
+    assert engine.stats()["pending_frees"] == 0
+
+
+def test_free_after_the_recorded_stream_was_destroyed_syncs_the_device(make_engine):
+    engine = make_engine()
+    s = engine.create_stream()
+    x = engine.alloc(4 * KiB)
+    engine.record_stream(x, s)
+    engine.destroy_stream(s)  # its work is done, and no event can be recorded on it now
+    engine.free(x)
+    stats = engine.stats()
+    assert stats["pending_frees"] == 0 and stats["active.all.current"] == 0
+    assert stats["num_sync_all_streams"] == 1
+    assert engine.alloc(4 * KiB) == x
+    engine.free(x)
+
+
+def test_blocks_tagged_with_a_destroyed_stream_are_reclaimed_by_the_fence(make_engine):
+    engine = make_engine(budget="2MiB")
+    a = engine.create_stream()
+    x = engine.alloc(4 * KiB, a)
+    engine.free(x)
+    engine.destroy_stream(a)
+    y = engine.alloc(4 * KiB)
+    assert y == x and engine.stats()["num_stream_fences"] == 1
+    engine.free(y)
 
 
 # --- empty_cache and the budget --------------------------------------------------------

@@ -21,7 +21,9 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
       options_(options),
       device_total_(backend_->mem_info().total_bytes),
       pool_(options.max_split_size),
-      budget_(options.budget_for(device_total_)) {}
+      budget_(options.budget_for(device_total_)) {
+  if (options.trace_capacity) trace_.set_capacity(options.trace_capacity);
+}
 
 Engine::~Engine() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -43,6 +45,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (size > kMaxRequest || round_size(size) > budget_) {
     ++pool_.stats().num_ooms;
+    trace_.record(TraceAction::kOom, 0, size > kMaxRequest ? size : round_size(size), size, stream);
     *error = oom_report_locked(size, size > kMaxRequest ? size : round_size(size), stream);
     return nullptr;
   }
@@ -58,11 +61,13 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   }
   if (!block) {
     ++pool_.stats().num_ooms;
+    trace_.record(TraceAction::kOom, 0, rounded, size, stream);
     *error = oom_report_locked(size, rounded, stream);
     after_op_locked();
     return nullptr;
   }
   pool_.take(block, rounded, size, stream);
+  trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
   after_op_locked();
   return reinterpret_cast<void*>(block->addr);
 }
@@ -103,6 +108,8 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
   if (pending.events.empty()) {
     release_locked(block);
   } else {
+    trace_.record(TraceAction::kFreeRequested, block->addr, block->size, block->requested,
+                  block->stream);
     pool_.mark_awaiting(block);
     pending_.push_back(std::move(pending));
   }
@@ -125,6 +132,7 @@ std::string Engine::record_stream(void* ptr, StreamId stream) {
 }
 
 void Engine::release_locked(Block* block) {
+  trace_.record(TraceAction::kFree, block->addr, block->size, block->requested, block->stream);
   if (backend_->stream_is_synchronous(block->stream)) block->stream = kAnyStream;
   pool_.release(block);
 }
@@ -163,6 +171,7 @@ void Engine::process_events_locked(bool wait) {
 
 void Engine::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  trace_.record(TraceAction::kEmptyCache, 0, 0, 0, 0);
   process_events_locked(/*wait=*/false);
   release_cached_locked();
   after_op_locked();
@@ -171,6 +180,7 @@ void Engine::empty_cache() {
 std::string Engine::set_budget(std::size_t bytes) {
   if (bytes == 0) return "budget must be positive";
   std::lock_guard<std::mutex> lock(mutex_);
+  trace_.record(TraceAction::kSetBudget, 0, bytes, 0, 0);
   budget_ = bytes;
   if (static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current) > budget_) {
     release_cached_locked();
@@ -213,6 +223,16 @@ std::string Engine::snapshot_json() {
 std::string Engine::check_invariants() {
   std::lock_guard<std::mutex> lock(mutex_);
   return pool_.check_invariants();
+}
+
+void Engine::set_trace_capacity(std::size_t capacity) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_.set_capacity(capacity);
+}
+
+std::string Engine::drain_trace_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return trace_.drain_json();
 }
 
 std::int64_t Engine::live_blocks() {

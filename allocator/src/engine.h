@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "options.h"
 #include "pool.h"
+#include "trace.h"
 
 namespace pyalloc {
 
@@ -62,6 +63,10 @@ class Engine {
   // Blocks handed out or awaiting other streams.
   std::int64_t live_blocks();
 
+  // Tracing (trace.h): start a ring of `capacity` events (0 stops), and take what it holds.
+  void set_trace_capacity(std::size_t capacity);
+  std::string drain_trace_json();
+
   Backend& backend() { return *backend_; }
   const Options& options() const { return options_; }
 
@@ -94,6 +99,7 @@ class Engine {
   std::size_t budget_;                 // guarded by mutex_
   std::vector<PendingFree> pending_;   // guarded by mutex_
   std::vector<EventId> spare_events_;  // guarded by mutex_
+  TraceRing trace_;                    // guarded by mutex_
 };
 
 }  // namespace pyalloc

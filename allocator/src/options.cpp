@@ -48,6 +48,16 @@ bool parse_bool(const std::string& text, bool* out) {
   return false;
 }
 
+bool parse_count(const std::string& text, std::size_t* out) {
+  std::string t = trim(text);
+  if (t.empty() || t.size() > 15) return false;  // 10^15 events is far past any memory
+  for (char c : t) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  *out = static_cast<std::size_t>(std::strtoull(t.c_str(), nullptr, 10));
+  return true;
+}
+
 bool parse_budget(const std::string& text, std::size_t* bytes, double* fraction) {
   std::string t = trim(text);
   double v = 0;
@@ -112,6 +122,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "max_split_size") {
     matched = true, kind = OptionKind::kSize;
     ok = parse_size(value, &o->max_split_size);
+  } else if (key == "trace_capacity") {
+    matched = true, kind = OptionKind::kInt;
+    ok = parse_count(value, &o->trace_capacity);
   } else if (key == "check_invariants") {
     matched = true, kind = OptionKind::kBool;
     ok = parse_bool(value, &o->check_invariants);
@@ -198,8 +211,9 @@ std::string Options::to_string() const {
   // As a percentage: a bare "1" would read back as one byte, not the whole device.
   else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
   std::string out = buf;
-  std::snprintf(buf, sizeof buf, ",sim_capacity:%zu,max_split_size:%zu,check_invariants:%s",
-                sim_capacity, max_split_size, check_invariants ? "true" : "false");
+  std::snprintf(buf, sizeof buf,
+                ",sim_capacity:%zu,max_split_size:%zu,trace_capacity:%zu,check_invariants:%s",
+                sim_capacity, max_split_size, trace_capacity, check_invariants ? "true" : "false");
   return out + buf;
 }
 

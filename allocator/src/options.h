@@ -30,6 +30,9 @@ namespace pyalloc {
   X(max_split_size, kSize, "0",                                                              \
     "Cached blocks at least this large are never split for smaller requests (0: no "        \
     "limit). Same meaning as PyTorch's max_split_size_mb, in bytes.")                        \
+  X(trace_capacity, kInt, "0",                                                               \
+    "Record the most recent N allocator events from the engine's creation (0: off). "        \
+    "pyalloc.record_trace() turns recording on for a block of code instead.")               \
   X(check_invariants, kBool, "false",                                                        \
     "Run check_invariants() after every allocator operation and abort with a report on "    \
     "the first violation. Slow; for tests and debugging.")
@@ -42,6 +45,7 @@ struct Options {
   double budget_fraction = 0;
   std::size_t sim_capacity = 0;
   std::size_t max_split_size = 0;
+  std::size_t trace_capacity = 0;
   bool check_invariants = false;
 
   // The table's defaults (the member initializers above are placeholders).

@@ -132,7 +132,7 @@ Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId
   update(stats_.active, p, 1);
   update(stats_.active_bytes, p, bytes);
   update(stats_.requested_bytes, p, static_cast<std::int64_t>(requested));
-  if (max_split_size_ && rounded >= max_split_size_) ++stats_.num_oversize_allocations;
+  if (is_oversize(b->size)) stats_.oversize_allocations.increase(1);
   return b;
 }
 
@@ -152,6 +152,7 @@ Block* Pool::add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool,
   b->stream = kAnyStream;  // fresh memory: no stream has touched it
   seg->first = b;
   segments_.emplace(addr, seg);
+  if (is_oversize(size)) stats_.oversize_segments.increase(1);
   insert_free(b);
   int p = stat_pool(seg);
   update(stats_.segment, p, 1);
@@ -172,6 +173,7 @@ std::vector<Segment*> Pool::take_releasable_segments() {
     int p = stat_pool(seg);
     update(stats_.segment, p, -1);
     update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
+    if (is_oversize(seg->size)) stats_.oversize_segments.decrease(1);
     out.push_back(seg);
     it = segments_.erase(it);
   }
@@ -182,6 +184,7 @@ std::vector<Segment*> Pool::take_releasable_segments() {
 
 void Pool::mark_awaiting(Block* b) {
   allocated_.erase(b->addr);
+  if (is_oversize(b->size)) stats_.oversize_allocations.decrease(1);
   int p = stat_pool(b->segment);
   update(stats_.allocation, p, -1);
   update(stats_.allocated_bytes, p, -static_cast<std::int64_t>(b->size));
@@ -212,6 +215,7 @@ void Pool::release(Block* b) {
   int p = stat_pool(b->segment);
   if (b->state == BlockState::kAllocated) {
     allocated_.erase(b->addr);
+    if (is_oversize(b->size)) stats_.oversize_allocations.decrease(1);
     update(stats_.allocation, p, -1);
     update(stats_.allocated_bytes, p, -static_cast<std::int64_t>(b->size));
     update(stats_.requested_bytes, p, -static_cast<std::int64_t>(b->requested));
@@ -373,6 +377,17 @@ std::string Pool::check_invariants() const {
       }
     }
     if (covered != seg->size) return fail("block sizes do not add up to the segment size", seg->first);
+  }
+  std::int64_t oversize_blocks = 0, oversize_segments = 0;
+  for (const auto& kv : segments_) {
+    if (is_oversize(kv.second->size)) ++oversize_segments;
+    for (const Block* b = kv.second->first; b; b = b->next) {
+      if (b->state == BlockState::kAllocated && is_oversize(b->size)) ++oversize_blocks;
+    }
+  }
+  if (oversize_blocks != stats_.oversize_allocations.current ||
+      oversize_segments != stats_.oversize_segments.current) {
+    return "oversize_allocations/oversize_segments disagree with the blocks";
   }
   if (free_blocks != free_[0].size() + free_[1].size()) return "free sets hold blocks that are not free";
   if (allocated_blocks != allocated_.size()) return "allocated map holds blocks that are not allocated";

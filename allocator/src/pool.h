@@ -66,6 +66,7 @@ class Pool {
  private:
   FreeSet& free_set(const Block* b) { return free_[static_cast<int>(b->segment->pool)]; }
   bool should_split(const Block* block, std::size_t rounded) const;
+  bool is_oversize(std::size_t bytes) const { return max_split_size_ && bytes >= max_split_size_; }
   bool acceptable(const Block* block, std::size_t rounded) const;
   void insert_free(Block* block);  // + inactive-split accounting
   void erase_free(Block* block);   // - inactive-split accounting

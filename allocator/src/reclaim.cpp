@@ -49,6 +49,7 @@ Block* Engine::grow_locked(std::size_t rounded) {
       continue;
     }
     ++pool_.stats().num_device_alloc;
+    trace_.record(TraceAction::kSegmentMap, va, size, 0, 0);
     return pool_.add_segment(va, size, pool_for(rounded), phys);
   }
   return nullptr;
@@ -80,6 +81,7 @@ bool Engine::release_cached_locked() {
   backend_->synchronize_device();
   ++pool_.stats().num_sync_all_streams;
   for (Segment* seg : segments) {
+    trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
     backend_->unmap(seg->addr, seg->size);
     backend_->release_physical(seg->physical);
     backend_->unreserve(seg->addr, seg->size);

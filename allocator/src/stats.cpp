@@ -10,6 +10,8 @@ void Stats::reset_peaks() {
   for (Stat & st : name) st.peak = st.current;
   PYALLOC_ARRAY_STATS(PYALLOC_RESET_PEAK)
 #undef PYALLOC_RESET_PEAK
+  oversize_allocations.peak = oversize_allocations.current;
+  oversize_segments.peak = oversize_segments.current;
 }
 
 void Stats::reset_accumulated() {
@@ -17,6 +19,8 @@ void Stats::reset_accumulated() {
   for (Stat & st : name) st.allocated = st.freed = 0;
   PYALLOC_ARRAY_STATS(PYALLOC_RESET_ACC)
 #undef PYALLOC_RESET_ACC
+  oversize_allocations.allocated = oversize_allocations.freed = 0;
+  oversize_segments.allocated = oversize_segments.freed = 0;
 #define PYALLOC_RESET_COUNTER(name, doc) name = 0;
   PYALLOC_COUNTERS(PYALLOC_RESET_COUNTER)
 #undef PYALLOC_RESET_COUNTER
@@ -44,6 +48,13 @@ std::string stats_json(const Stats& s, const FragmentationFigures& f, const std:
   }
   PYALLOC_ARRAY_STATS(PYALLOC_EMIT_ARRAY)
 #undef PYALLOC_EMIT_ARRAY
+  for (const auto& [name, st] : {std::pair<const char*, const Stat&>{"oversize_allocations", s.oversize_allocations},
+                                 std::pair<const char*, const Stat&>{"oversize_segments", s.oversize_segments}}) {
+    emit_int(std::string(name) + ".current", st.current);
+    emit_int(std::string(name) + ".peak", st.peak);
+    emit_int(std::string(name) + ".allocated", st.allocated);
+    emit_int(std::string(name) + ".freed", st.freed);
+  }
 #define PYALLOC_EMIT_COUNTER(name, doc) emit_int(#name, s.name);
   PYALLOC_COUNTERS(PYALLOC_EMIT_COUNTER)
 #undef PYALLOC_EMIT_COUNTER

@@ -34,8 +34,7 @@ namespace pyalloc {
   X(num_device_alloc, "segments created on the device")                                \
   X(num_device_free, "segments released to the device")                               \
   X(num_stream_fences, "times another stream's cached blocks were fenced for reuse")   \
-  X(num_invalid_frees, "frees of unknown pointers, double frees and size mismatches")  \
-  X(num_oversize_allocations, "allocations of at least max_split_size")
+  X(num_invalid_frees, "frees of unknown pointers, double frees and size mismatches")
 
 struct Stat {
   std::int64_t current = 0;
@@ -63,6 +62,10 @@ struct Stats {
 #define PYALLOC_DECLARE_COUNTER(name, doc) std::int64_t name = 0;
   PYALLOC_COUNTERS(PYALLOC_DECLARE_COUNTER)
 #undef PYALLOC_DECLARE_COUNTER
+  // Not per pool (torch's keys are "oversize_allocations.current", ...): allocated blocks
+  // and segments of at least max_split_size; always 0 while that option is off.
+  Stat oversize_allocations;
+  Stat oversize_segments;
 
   // Peaks restart from the current values; accumulated totals are kept.
   void reset_peaks();

@@ -1,0 +1,140 @@
+"""Recording traces and snapshots to files (formats in docs/formats.md).
+
+``record_trace`` turns on the engine's event ring for a block of code and writes every
+allocator event of the block, with the state before and after, to one file that
+``pyalloc-stats`` reads and ``tools/replay.py`` replays.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+from . import _lib, files
+from .engine import Engine
+
+_TORCH_DIRS = (os.path.dirname(os.path.dirname(__file__)),)  # filled lazily with torch's
+
+
+def _resolve(engine: Union[Engine, int, None]) -> Engine:
+    if isinstance(engine, Engine):
+        return engine
+    from . import _engine  # the installed engine of a device
+
+    return _engine(engine)
+
+
+def _state(engine: Engine) -> Dict[str, Any]:
+    return {"snapshot": engine.snapshot(), "stats": engine.stats()}
+
+
+def save_snapshot(path: Union[str, "os.PathLike[str]"],
+                  engine: Union[Engine, int, None] = None) -> str:
+    """Writes the engine's segments, blocks and stats to ``path`` (a pyalloc snapshot).
+
+    ``engine``: an :class:`Engine`, a device index, or None for the installed engine of
+    the current device.
+    """
+    eng = _resolve(engine)
+    doc = {"format": files.SNAPSHOT, "version": files.VERSION, "time": files.now_iso(),
+           **eng.snapshot(), "stats": eng.stats()}
+    return str(files.save(path, doc))
+
+
+class _OpContexts:
+    """A dispatch mode that tags each op's allocations with "op @ file:line".
+
+    The tag is the PyTorch op and the innermost Python frame outside torch and pyalloc,
+    interned into a table; the engine stores the index with each event. It costs a few
+    microseconds per op, which is why stacks are optional.
+    """
+
+    def __init__(self) -> None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        skip = tuple(os.path.dirname(m.__file__) for m in (torch,)) + _TORCH_DIRS
+        table: List[str] = [""]
+        index: Dict[str, int] = {"": 0}
+        lock = threading.Lock()
+        set_context = _lib.lib().pyalloc_set_trace_context
+
+        def where() -> str:
+            frame = sys._getframe(2)
+            while frame is not None and frame.f_code.co_filename.startswith(skip):
+                frame = frame.f_back
+            if frame is None:
+                return "(autograd)"  # backward ops run from C++, with no user frame
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                key = f"{func.__name__} @ {where()}"
+                with lock:
+                    ctx = index.get(key)
+                    if ctx is None:
+                        ctx = index[key] = len(table)
+                        table.append(key)
+                set_context(ctx)
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    set_context(0)
+
+        self.table = table
+        self._mode = Mode()
+
+    def __enter__(self) -> "_OpContexts":
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def record_trace(path: Union[str, "os.PathLike[str]"], *, stacks: bool = False,
+                 capacity: int = 1 << 20,
+                 engine: Union[Engine, int, None] = None) -> Iterator[Engine]:
+    """Record every allocator event of the block into ``path`` (a pyalloc trace).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        Where to write the trace (``.gz`` to compress).
+    stacks : bool
+        Tag each event with the PyTorch op and the user's source line that caused it.
+        Costs a few microseconds per op.
+    capacity : int
+        Events kept (48 bytes each in memory). If the block produces more, the oldest are
+        dropped and the file's ``dropped_events`` says how many.
+    engine : Engine, int or None
+        The engine to trace: a standalone :class:`Engine`, a device index, or None for the
+        installed engine of the current device.
+    """
+    eng = _resolve(engine)
+    initial = _state(eng)
+    eng.trace_start(capacity)
+    contexts: Optional[_OpContexts] = _OpContexts() if stacks else None
+    try:
+        with contexts if contexts is not None else contextlib.nullcontext():
+            yield eng
+    finally:
+        recorded = eng.trace_stop()
+        stats = eng.stats()
+        snap = eng.snapshot()
+        doc = {
+            "format": files.TRACE, "version": files.VERSION, "time": files.now_iso(),
+            "device": snap["device"], "backend": snap["backend"],
+            "options": eng.options_string, "budget_bytes": stats["budget_bytes"],
+            "device_total_bytes": stats["device_total_bytes"],
+            "dropped_events": recorded["dropped_events"],
+            "columns": ["t_ns", "action", "address", "size", "requested", "stream", "context"],
+            "events": recorded["events"],
+            "contexts": contexts.table if contexts is not None else [""],
+            "initial": initial,
+            "final": {"snapshot": snap, "stats": stats},
+        }
+        files.save(path, doc)
