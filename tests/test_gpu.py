@@ -120,7 +120,7 @@ def test_oom_under_budget_reports_and_recovers():
         keep = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
         try:
             torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
-        except RuntimeError as e:   # the pluggable path cannot raise torch.OutOfMemoryError
+        except torch.OutOfMemoryError as e:   # raised by the torch shim's entry point
             assert "out of memory" in str(e) and "budget 1.00 GiB" in str(e), str(e)
             print("oom reported")
         small = torch.ones(16 << 20, device="cuda")        # 64 MiB of float32
@@ -160,4 +160,48 @@ def test_engine_handle_on_cuda():
             except pyalloc.PyallocError as err:
                 assert "simulated device" in str(err)
         print("ok")
+    """)
+
+
+def test_torch_cuda_memory_functions_report_pyalloc_figures():
+    run_in_subprocess("""
+        import torch, pyalloc
+        pyalloc.install(device="cuda", budget="2GiB")
+        x = torch.empty(100 << 20, dtype=torch.uint8, device="cuda")
+        s = pyalloc.memory_stats()
+        assert torch.cuda.memory_allocated() == s["allocated_bytes.all.current"] >= 100 << 20
+        assert torch.cuda.memory_reserved() == s["reserved_bytes.all.current"]
+        assert torch.cuda.max_memory_allocated(0) == s["allocated_bytes.all.peak"]
+        assert torch.cuda.max_memory_reserved(torch.device("cuda:0")) == s["reserved_bytes.all.peak"]
+        assert torch.cuda.memory_stats()["num_ooms"] == 0
+        del x
+        torch.cuda.reset_peak_memory_stats()
+        assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+        summary = torch.cuda.memory_summary()
+        assert "Allocated memory" in summary and "pyalloc: utilization" in summary
+        print("ok")
+    """)
+
+
+def test_trace_on_gpu_replays_to_the_same_peak(tmp_path):
+    run_in_subprocess(f"""
+        import torch, pyalloc
+        from torch import nn
+        from pyalloc.replay import replay
+        pyalloc.install(device="cuda", budget="4GiB")
+        path = {str(tmp_path / 'gpu.json.gz')!r}
+        with pyalloc.record_trace(path):
+            model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda()
+            opt = torch.optim.AdamW(model.parameters())
+            for _ in range(5):
+                x = torch.randn(256, 1024, device="cuda")
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+            torch.cuda.synchronize()
+        trace = pyalloc.files.load(path)
+        r = replay(trace)
+        live = trace["final"]["stats"]
+        assert r.peak_reserved == live["reserved_bytes.all.peak"], (r.peak_reserved, live["reserved_bytes.all.peak"])
+        print("ok", r.peak_reserved)
     """)
