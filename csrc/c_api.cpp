@@ -45,7 +45,7 @@ std::unique_ptr<pyalloc::Backend> make_backend(const std::string& kind, int devi
       *error = "the simulated device has one device, 0; got device " + std::to_string(device);
       return nullptr;
     }
-    return pyalloc::HostBackend::create(options.sim_capacity, error);
+    return pyalloc::HostBackend::create(options.sim_capacity, error, options.sim_sync_stream0);
   }
   if (kind == "cuda") {
 #ifdef PYALLOC_WITH_CUDA

@@ -51,6 +51,8 @@ def replay_options(trace: Mapping[str, Any], overrides: Mapping[str, Any] = ()) 
     opts["sim_capacity"] = str(max(int(trace.get("device_total_bytes", 0)), 1 << 30))
     if "budget" not in opts or not opts["budget"].isdigit():
         opts["budget"] = str(int(trace.get("budget_bytes", 0)) or opts["sim_capacity"])
+    # On a GPU, stream 0's frees are not idle at once; keep that when replaying its trace.
+    opts["sim_sync_stream0"] = "false" if trace.get("backend") == "cuda" else "true"
     opts.pop("trace_capacity", None)
     opts.pop("check_invariants", None)
     opts.update({k: str(v) for k, v in dict(overrides).items()})

@@ -102,7 +102,8 @@ class HostStream {
 // Construction and memory
 // ---------------------------------------------------------------------------------------
 
-std::unique_ptr<HostBackend> HostBackend::create(std::size_t capacity, std::string* error) {
+std::unique_ptr<HostBackend> HostBackend::create(std::size_t capacity, std::string* error,
+                                                 bool sync_stream0) {
   std::size_t rounded = (capacity + kChunk - 1) / kChunk * kChunk;
   if (rounded == 0 || rounded / kChunk > UINT32_MAX) {
     *error = "simulated device capacity " + std::to_string(capacity) +
@@ -120,11 +121,11 @@ std::unique_ptr<HostBackend> HostBackend::create(std::size_t capacity, std::stri
     close(fd);
     return nullptr;
   }
-  return std::unique_ptr<HostBackend>(new HostBackend(fd, rounded));
+  return std::unique_ptr<HostBackend>(new HostBackend(fd, rounded, sync_stream0));
 }
 
-HostBackend::HostBackend(int fd, std::size_t capacity)
-    : fd_(fd), chunk_count_(capacity / kChunk) {
+HostBackend::HostBackend(int fd, std::size_t capacity, bool sync_stream0)
+    : fd_(fd), sync_stream0_(sync_stream0), chunk_count_(capacity / kChunk) {
   free_chunks_.reserve(chunk_count_);
   // Highest index at the bottom of the stack, so chunks are handed out in file order.
   for (std::size_t i = chunk_count_; i-- > 0;) free_chunks_.push_back(static_cast<std::uint32_t>(i));

@@ -32,7 +32,10 @@ class HostStream;
 class HostBackend final : public Backend {
  public:
   // Creates the memfd. On failure (no memfd support), returns nullptr and fills *error.
-  static std::unique_ptr<HostBackend> create(std::size_t capacity, std::string* error);
+  // sync_stream0: stream 0 is the calling thread (CPU tensors); false makes stream 0 keep
+  // GPU semantics for the engine's stream tags (replays of GPU traces).
+  static std::unique_ptr<HostBackend> create(std::size_t capacity, std::string* error,
+                                             bool sync_stream0 = true);
   ~HostBackend() override;
 
   const char* name() const override { return "host (simulated device)"; }
@@ -48,7 +51,9 @@ class HostBackend final : public Backend {
   bool map(std::uintptr_t va, PhysicalHandle phys) override;
   void unmap(std::uintptr_t va, std::size_t bytes) override;
 
-  bool stream_is_synchronous(StreamId stream) const override { return stream == 0; }
+  bool stream_is_synchronous(StreamId stream) const override {
+    return stream == 0 && sync_stream0_;
+  }
   StreamId create_stream() override;
   void destroy_stream(StreamId stream) override;
   EventId create_event() override;
@@ -71,10 +76,11 @@ class HostBackend final : public Backend {
   static constexpr std::size_t kChunk = std::size_t{2} << 20;
 
  private:
-  HostBackend(int fd, std::size_t capacity);
+  HostBackend(int fd, std::size_t capacity, bool sync_stream0);
   HostStream* find_stream(StreamId stream);
 
   const int fd_;
+  const bool sync_stream0_;
   const std::size_t chunk_count_;
 
   // Guards the chunk table and the physical-handle table.

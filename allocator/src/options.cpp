@@ -119,6 +119,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "sim_capacity") {
     matched = true, kind = OptionKind::kSize;
     ok = parse_size(value, &o->sim_capacity) && o->sim_capacity > 0;
+  } else if (key == "sim_sync_stream0") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->sim_sync_stream0);
   } else if (key == "max_split_size") {
     matched = true, kind = OptionKind::kSize;
     ok = parse_size(value, &o->max_split_size);
@@ -212,8 +215,10 @@ std::string Options::to_string() const {
   else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
-                ",sim_capacity:%zu,max_split_size:%zu,trace_capacity:%zu,check_invariants:%s",
-                sim_capacity, max_split_size, trace_capacity, check_invariants ? "true" : "false");
+                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,trace_capacity:%zu,"
+                "check_invariants:%s",
+                sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size, trace_capacity,
+                check_invariants ? "true" : "false");
   return out + buf;
 }
 

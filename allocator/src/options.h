@@ -27,6 +27,9 @@ namespace pyalloc {
   X(sim_capacity, kSize, "4GiB",                                                             \
     "Simulated device only: its total memory. Host memory is committed only as it is "      \
     "used. A fractional budget is a fraction of this.")                                      \
+  X(sim_sync_stream0, kBool, "true",                                                         \
+    "Simulated device only: stream 0 runs work synchronously (as CPU tensors do), so blocks " \
+    "freed on it are idle at once. Replays of GPU traces turn it off to keep GPU semantics.") \
   X(max_split_size, kSize, "0",                                                              \
     "Cached blocks at least this large are never split for smaller requests (0: no "        \
     "limit). Same meaning as PyTorch's max_split_size_mb, in bytes.")                        \
@@ -44,6 +47,7 @@ struct Options {
   std::size_t budget_bytes = 0;  // 0: use budget_fraction
   double budget_fraction = 0;
   std::size_t sim_capacity = 0;
+  bool sim_sync_stream0 = true;
   std::size_t max_split_size = 0;
   std::size_t trace_capacity = 0;
   bool check_invariants = false;
