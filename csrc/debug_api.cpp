@@ -80,8 +80,7 @@ int pyalloc_sim_fill_async(pyalloc_engine* engine, uintptr_t stream, void* ptr, 
 int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t stream, unsigned delay_us) {
   pyalloc::HostBackend* host = host_backend(engine);
   if (!host) return fail("pyalloc_sim_set_stream_delay needs an engine on the simulated device");
-  host->set_stream_delay_us(stream, delay_us);
-  return 0;
+  return host->set_stream_delay_us(stream, delay_us) ? 0 : fail(host->last_error());
 }
 
 int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t seed,

@@ -18,6 +18,24 @@ _SIZE_MAX = (1 << 64) - 1
 _OOM = 2  # PYALLOC_OOM in csrc/pyalloc_c.h
 
 
+def _pointer(ptr: object) -> int:
+    if ptr is None:
+        return 0  # the engine answers a NULL free with its own message
+    if not isinstance(ptr, int) or isinstance(ptr, bool):
+        raise TypeError(f"ptr must be an int address, not {type(ptr).__name__}")
+    if not 0 <= ptr < 2**64:
+        raise ValueError(f"ptr {ptr} is not a valid address")
+    return ptr
+
+
+def _byte_count(name: str, value: object, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int number of bytes, not {type(value).__name__}")
+    if not minimum <= value < _SIZE_MAX:
+        raise ValueError(f"{name} must be in [{minimum}, 2**64 - 1), got {value}")
+    return value
+
+
 def _check(rc: int) -> None:
     if rc == _OOM:
         raise OutOfMemoryError(_lib.last_error())
@@ -74,18 +92,18 @@ class Engine:
 
     def free(self, ptr: int, size: Optional[int] = None) -> None:
         """Frees ``ptr``; ``size``, if given, must be the size it was allocated with."""
-        expected = _SIZE_MAX if size is None else size
-        _check(_lib.lib().pyalloc_engine_free(self.handle, ptr, expected))
+        expected = _SIZE_MAX if size is None else _byte_count("size", size)
+        _check(_lib.lib().pyalloc_engine_free(self.handle, _pointer(ptr), expected))
 
     def record_stream(self, ptr: int, stream: int) -> None:
         """``ptr`` is also used on ``stream``: don't reuse it until that work is done."""
-        _check(_lib.lib().pyalloc_engine_record_stream(self.handle, ptr, stream))
+        _check(_lib.lib().pyalloc_engine_record_stream(self.handle, _pointer(ptr), stream))
 
     def empty_cache(self) -> None:
         _check(_lib.lib().pyalloc_engine_empty_cache(self.handle))
 
     def set_budget(self, nbytes: int) -> None:
-        _check(_lib.lib().pyalloc_engine_set_budget(self.handle, nbytes))
+        _check(_lib.lib().pyalloc_engine_set_budget(self.handle, _byte_count("budget", nbytes, 1)))
 
     def set_memory_fraction(self, fraction: float) -> None:
         _check(_lib.lib().pyalloc_engine_set_memory_fraction(self.handle, fraction))

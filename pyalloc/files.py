@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import tempfile
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -54,11 +55,14 @@ def load(path: PathLike, expect: Optional[str] = None) -> Dict[str, Any]:
         raise FileFormatError(f"{path}: no such file")
     if path.is_dir():
         raise FileFormatError(f"{path}: is a directory, not a pyalloc snapshot or trace")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise FileFormatError(f"{path}: cannot be read ({e.strerror or e})") from None
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise FileFormatError(f"{path}: gzip data is truncated or corrupt ({e})") from None
     if not raw.strip():
         raise FileFormatError(f"{path}: the file is empty")
@@ -71,6 +75,10 @@ def load(path: PathLike, expect: Optional[str] = None) -> Dict[str, Any]:
     except json.JSONDecodeError as e:
         hint = " — the file looks truncated" if e.pos >= len(raw.rstrip()) - 1 else ""
         raise FileFormatError(f"{path}: invalid JSON at byte {e.pos}: {e.msg}{hint}") from None
+    except UnicodeDecodeError:
+        raise FileFormatError(f"{path}: not UTF-8 text, so not a pyalloc file") from None
+    except RecursionError:
+        raise FileFormatError(f"{path}: JSON nested too deeply to be a pyalloc file") from None
     if not isinstance(doc, dict) or "format" not in doc:
         raise FileFormatError(
             f"{path}: JSON, but not a pyalloc snapshot or trace (no \"format\" key)")

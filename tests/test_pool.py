@@ -25,7 +25,7 @@ from memory_patterns import (
     KiB, LARGE_SEGMENT, MiB, SMALL_SEGMENT, assert_pattern, block_at, blocks, pool_of,
     round_size, segment_of, segment_size_for, write_pattern,
 )
-from pyalloc import OutOfMemoryError
+from pyalloc import Engine, OutOfMemoryError
 
 SLOW_US = 150_000  # per-task delay of a "slow stream": long enough to observe, short in CI
 
@@ -239,20 +239,19 @@ def test_max_split_size_keeps_big_cached_blocks_whole(make_engine, max_split_siz
     engine.free(oversize)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: with max_split_size below the 2 MiB / 20 MiB segment sizes, the remainder "
-    "of every fresh segment is >= max_split_size and never acceptable for a smaller request, "
-    "so each allocation takes a new segment and OOMs at a fraction of the budget"))
-@pytest.mark.parametrize("max_split_size, size", [("4MiB", 2 * MiB), ("512KiB", 4 * KiB)])
-def test_small_max_split_size_still_packs_segments(make_engine, max_split_size, size):
-    engine = make_engine(budget="100MiB", max_split_size=max_split_size)
-    ptrs = []
+@pytest.mark.parametrize("max_split_size", ["4MiB", "512KiB", "20MiB"])
+def test_max_split_size_at_or_below_the_segment_size_is_refused(max_split_size):
+    # Below the 20 MiB segment size the rule would stop fresh segments from being split,
+    # so every allocation would take a segment of its own (PyTorch refuses these too).
+    with pytest.raises(ValueError, match="more than 20 MiB"):
+        Engine("host", budget="100MiB", max_split_size=max_split_size)
+
+
+def test_smallest_accepted_max_split_size_still_packs_segments(make_engine):
+    engine = make_engine(budget="100MiB", max_split_size="21MiB")
+    ptrs = [engine.alloc(2 * MiB) for _ in range(40)]  # 40 x 2 MiB fit a 100 MiB budget
     try:
-        for _ in range(5):
-            ptrs.append(engine.alloc(size))
-        assert engine.stats()["segment.all.current"] == 1
-        for _ in range(35 if size == 2 * MiB else 0):
-            ptrs.append(engine.alloc(size))  # 40 x 2 MiB = 80 MiB fit a 100 MiB budget
+        assert engine.stats()["segment.all.current"] == 4  # 20 MiB segments of ten 2 MiB blocks
     finally:
         for ptr in ptrs:
             engine.free(ptr)
@@ -420,9 +419,6 @@ def test_empty_cache_releases_every_free_segment(make_engine):
     assert engine.snapshot()["segments"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: empty_cache does not release a segment whose free blocks carry different "
-    "stream tags; nothing fences them, so they never merge into one free block"))
 def test_empty_cache_releases_segments_freed_on_different_streams(make_engine):
     engine = make_engine()
     a, b = engine.create_stream(), engine.create_stream()

@@ -121,7 +121,10 @@ std::string Engine::record_stream(void* ptr, StreamId stream) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
-  if (!block) return "record_stream: " + pool_.describe_unknown_pointer(addr);
+  if (!block) {
+    return "record_stream of " + hex(addr) + ": no live block starts there (" +
+           pool_.describe_unknown_pointer(addr) + ")";
+  }
   if (stream == kAnyStream) return "record_stream: stream " + hex(stream) + " is reserved";
   if (stream == block->stream) return "";
   for (StreamId s : block->stream_uses) {
@@ -237,6 +240,8 @@ std::string Engine::drain_trace_json() {
 
 std::int64_t Engine::live_blocks() {
   std::lock_guard<std::mutex> lock(mutex_);
+  // A free waiting only on events that have since completed is not live any more.
+  if (!pending_.empty()) process_events_locked(/*wait=*/false);
   return pool_.stats().active[kAllPools].current;
 }
 

@@ -60,7 +60,7 @@ class Engine {
   std::string check_invariants();
   void reset_peak_stats();
   void reset_accumulated_stats();
-  // Blocks handed out or awaiting other streams.
+  // Blocks handed out or awaiting other streams' unfinished work.
   std::int64_t live_blocks();
 
   // Tracing (trace.h): start a ring of `capacity` events (0 stops), and take what it holds.

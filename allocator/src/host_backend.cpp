@@ -282,8 +282,14 @@ bool HostBackend::enqueue(StreamId stream, std::function<void()> work) {
   return true;
 }
 
-void HostBackend::set_stream_delay_us(StreamId stream, unsigned microseconds) {
-  if (HostStream* s = find_stream(stream)) s->set_delay(microseconds);
+bool HostBackend::set_stream_delay_us(StreamId stream, unsigned microseconds) {
+  HostStream* s = find_stream(stream);
+  if (!s) {
+    set_error("unknown simulated stream " + std::to_string(stream) + " (stream 0 has no delay)");
+    return false;
+  }
+  s->set_delay(microseconds);
+  return true;
 }
 
 EventId HostBackend::create_event() { return reinterpret_cast<EventId>(new HostEvent); }

@@ -71,7 +71,7 @@ class HostBackend final : public Backend {
   // Runs `work` on `stream` in order with its other work (synchronously on stream 0).
   bool enqueue(StreamId stream, std::function<void()> work);
   // Every task on `stream` first sleeps this long: a slow copy engine.
-  void set_stream_delay_us(StreamId stream, unsigned microseconds);
+  bool set_stream_delay_us(StreamId stream, unsigned microseconds);
 
   static constexpr std::size_t kChunk = std::size_t{2} << 20;
 

@@ -74,7 +74,9 @@ bool parse_budget(const std::string& text, std::size_t* bytes, double* fraction)
     return true;
   }
   std::size_t b = 0;
-  if (!parse_size(t, &b) || b == 0) return false;
+  // Below one 2 MiB segment nothing at all could be allocated; "1" is almost certainly a
+  // fraction written without its decimal point.
+  if (!parse_size(t, &b) || b < (std::size_t{2} << 20)) return false;
   *bytes = b, *fraction = 0;
   return true;
 }
@@ -93,7 +95,8 @@ const char* accepted_form(OptionKind k) {
   switch (k) {
     case OptionKind::kSize: return "a size such as 4096, 64KiB or 1.5GiB";
     case OptionKind::kBudget:
-      return "a size such as 8GiB, or a fraction of device memory in (0, 1] such as 0.8 or 80%";
+      return "a size of at least 2MiB such as 8GiB, or a fraction of device memory in (0, 1] "
+             "written with a decimal point or a percent sign, such as 1.0, 0.8 or 80%";
     case OptionKind::kBool: return "true or false";
     case OptionKind::kInt: return "a non-negative integer";
   }
@@ -125,6 +128,14 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "max_split_size") {
     matched = true, kind = OptionKind::kSize;
     ok = parse_size(value, &o->max_split_size);
+    // At or below the 20 MiB segment size, the rule would keep every fresh segment from
+    // being split for smaller requests, so each allocation would take a segment of its own.
+    // PyTorch refuses such values for the same reason.
+    if (ok && o->max_split_size != 0 && o->max_split_size <= (std::size_t{20} << 20)) {
+      return "invalid value '" + value + "' for pyalloc option 'max_split_size': it must be 0 "
+             "(off) or more than 20 MiB (the large-segment size); smaller values would stop "
+             "every segment from being split";
+    }
   } else if (key == "trace_capacity") {
     matched = true, kind = OptionKind::kInt;
     ok = parse_count(value, &o->trace_capacity);

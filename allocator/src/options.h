@@ -32,7 +32,7 @@ namespace pyalloc {
     "freed on it are idle at once. Replays of GPU traces turn it off to keep GPU semantics.") \
   X(max_split_size, kSize, "0",                                                              \
     "Cached blocks at least this large are never split for smaller requests (0: no "        \
-    "limit). Same meaning as PyTorch's max_split_size_mb, in bytes.")                        \
+    "limit; otherwise more than 20 MiB). Same meaning as PyTorch's max_split_size_mb.")     \
   X(trace_capacity, kInt, "0",                                                               \
     "Record the most recent N allocator events from the engine's creation (0: off). "        \
     "pyalloc.record_trace() turns recording on for a block of code instead.")               \

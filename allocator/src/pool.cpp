@@ -160,6 +160,17 @@ Block* Pool::add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool,
   return b;
 }
 
+bool Pool::has_free_segment() const {
+  for (const auto& kv : segments_) {
+    bool all_free = true;
+    for (const Block* b = kv.second->first; b && all_free; b = b->next) {
+      all_free = b->state == BlockState::kFree;
+    }
+    if (all_free) return true;
+  }
+  return false;
+}
+
 std::vector<Segment*> Pool::take_releasable_segments() {
   std::vector<Segment*> out;
   for (auto it = segments_.begin(); it != segments_.end();) {
@@ -270,6 +281,10 @@ std::string Pool::describe_unknown_pointer(std::uintptr_t ptr) const {
           return "double free of " + hex(ptr) + ": the block was already freed";
         }
         if (ptr > b->addr && ptr < b->addr + b->size) {
+          if (b->state == BlockState::kFree) {
+            return hex(ptr) + " lies inside cached free memory: a double free (the block was "
+                   "freed and merged with a free neighbour), or a pointer pyalloc never returned";
+          }
           return hex(ptr) + " points inside a block that starts at " + hex(b->addr) +
                  ": free the pointer the allocator returned, not an offset into it";
         }

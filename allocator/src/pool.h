@@ -43,6 +43,9 @@ class Pool {
   // Re-tags every free block of `stream` as kAnyStream (its work is known to be done)
   // and merges what can now merge. See Note [Stream tags] in block.h.
   void adopt_stream(StreamId stream);
+  // True if some segment holds no live block (it may still be several free pieces with
+  // different stream tags).
+  bool has_free_segment() const;
   // Removes every segment that is one free block, and returns them; the caller unmaps
   // and frees them on the device.
   std::vector<Segment*> take_releasable_segments();

@@ -74,12 +74,15 @@ bool Engine::fence_streams_locked(StreamId stream) {
 }
 
 bool Engine::release_cached_locked() {
-  std::vector<Segment*> segments = pool_.take_releasable_segments();
-  if (segments.empty()) return false;
+  if (!pool_.has_free_segment()) return false;
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
-  // free block may still be in use by work queued on its stream. So wait for everything.
+  // free block may still be in use by work queued on its stream. So wait for everything —
+  // which also makes every cached block idle: adopting their streams lets pieces freed on
+  // different streams merge, so a segment with nothing live is released whole.
   backend_->synchronize_device();
   ++pool_.stats().num_sync_all_streams;
+  for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
+  std::vector<Segment*> segments = pool_.take_releasable_segments();
   for (Segment* seg : segments) {
     trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
     backend_->unmap(seg->addr, seg->size);
@@ -125,8 +128,11 @@ std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, Str
            format_bytes(budget_) + ") or split the tensor";
   } else if (f.cached_free_bytes >= rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
-           "cache is fragmented: set max_split_size (e.g. \"max_split_size:" +
-           format_bytes(rounded) + "\") so large blocks are not split for small requests";
+           "cache is fragmented: free long-lived tensors earlier or allocate them first";
+    if (rounded > kLargeSegment && options_.max_split_size == 0) {
+      hint += ", or set max_split_size (e.g. \"max_split_size:" + std::to_string(rounded) +
+              "\") so that blocks this large are never split for small requests";
+    }
   } else if (budget_ < info.total_bytes && reserved + rounded <= info.total_bytes &&
              info.free_bytes >= rounded) {
     hint = "the device has room beyond the budget: raise the budget (option budget, "
