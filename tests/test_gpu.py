@@ -66,12 +66,12 @@ def test_hooks_empty_cache_memory_fraction_record_stream():
         y = torch.ones(1 << 20, device="cuda")
         torch.cuda.synchronize()
         with torch.cuda.stream(side):
-            a = torch.randn(8192, 8192, device="cuda")    # born on the side stream
-            # Keep the side stream busy for a while (torch.cuda._sleep returned at once on
-            # the H100 this was written on, so real work it is): ~20 TFLOP of fp32 matmuls.
-            for _ in range(20):
-                a = a @ a / 8192
             y.mul_(2)
+            # Keep the side stream busy after its last use of y. (On the H100 this was
+            # checked on, a launch behind a long-running kernel blocked the host until that
+            # kernel finished — with PyTorch's own allocator too — so the long kernel goes
+            # last, where nothing waits for it.)
+            torch.cuda._sleep(2_000_000_000)
         y.record_stream(side)                             # record_stream hook
         y_ptr = y.data_ptr()
         del y
