@@ -6,15 +6,6 @@
 #include <cstdlib>
 
 namespace pyalloc {
-namespace {
-
-std::string hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, v);
-  return buf;
-}
-
-}  // namespace
 
 Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
     : backend_(std::move(backend)),
@@ -82,7 +73,7 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
   }
   if (expected_size != SIZE_MAX && expected_size != block->requested) {
     ++pool_.stats().num_invalid_frees;
-    return "invalid free of " + hex(addr) + ": the caller says it holds " +
+    return "invalid free of " + format_address(addr) + ": the caller says it holds " +
            std::to_string(expected_size) + " bytes but it was allocated with " +
            std::to_string(block->requested) + "; the block was left allocated (pass the size "
            "given to malloc)";
@@ -122,10 +113,10 @@ std::string Engine::record_stream(void* ptr, StreamId stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
   if (!block) {
-    return "record_stream of " + hex(addr) + ": no live block starts there (" +
+    return "record_stream of " + format_address(addr) + ": no live block starts there (" +
            pool_.describe_unknown_pointer(addr) + ")";
   }
-  if (stream == kAnyStream) return "record_stream: stream " + hex(stream) + " is reserved";
+  if (stream == kAnyStream) return "record_stream: stream " + format_address(stream) + " is reserved";
   if (stream == block->stream) return "";
   for (StreamId s : block->stream_uses) {
     if (s == stream) return "";

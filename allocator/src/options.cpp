@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <cctype>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -195,6 +196,12 @@ Options Options::defaults() {
   PYALLOC_OPTIONS(PYALLOC_DEFAULT)
 #undef PYALLOC_DEFAULT
   return o;
+}
+
+std::string format_address(std::uintptr_t address) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, address);
+  return buf;
 }
 
 std::string Options::parse(const std::string& text, Options* out) {

@@ -71,5 +71,7 @@ struct Options {
 bool parse_size(const std::string& text, std::size_t* bytes);
 // 1536 -> "1.50 KiB"
 std::string format_bytes(std::size_t bytes);
+// 0x7f3a00000000, for messages
+std::string format_address(std::uintptr_t address);
 
 }  // namespace pyalloc

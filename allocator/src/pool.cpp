@@ -4,16 +4,13 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "options.h"  // format_address
+
 namespace pyalloc {
 namespace {
 
 int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kSmallPool : kLargePool; }
 
-std::string hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, v);
-  return buf;
-}
 
 const char* state_name(BlockState s) {
   switch (s) {
@@ -278,20 +275,20 @@ std::string Pool::describe_unknown_pointer(std::uintptr_t ptr) const {
     if (ptr < seg->addr + seg->size) {
       for (const Block* b = seg->first; b; b = b->next) {
         if (ptr == b->addr) {
-          return "double free of " + hex(ptr) + ": the block was already freed";
+          return "double free of " + format_address(ptr) + ": the block was already freed";
         }
         if (ptr > b->addr && ptr < b->addr + b->size) {
           if (b->state == BlockState::kFree) {
-            return hex(ptr) + " lies inside cached free memory: a double free (the block was "
+            return format_address(ptr) + " lies inside cached free memory: a double free (the block was "
                    "freed and merged with a free neighbour), or a pointer pyalloc never returned";
           }
-          return hex(ptr) + " points inside a block that starts at " + hex(b->addr) +
+          return format_address(ptr) + " points inside a block that starts at " + format_address(b->addr) +
                  ": free the pointer the allocator returned, not an offset into it";
         }
       }
     }
   }
-  return hex(ptr) + " was not allocated by pyalloc on this device (or was already freed and "
+  return format_address(ptr) + " was not allocated by pyalloc on this device (or was already freed and "
          "its memory returned to the device)";
 }
 
@@ -337,13 +334,13 @@ std::string Pool::check_invariants() const {
   Stats want;  // current figures recomputed from scratch
   std::size_t free_blocks = 0, allocated_blocks = 0;
   auto fail = [](const std::string& what, const Block* b) {
-    return what + (b ? " (block " + hex(b->addr) + ", " + std::to_string(b->size) + " bytes)" : "");
+    return what + (b ? " (block " + format_address(b->addr) + ", " + std::to_string(b->size) + " bytes)" : "");
   };
   for (const auto& kv : segments_) {
     const Segment* seg = kv.second;
     if (kv.first != seg->addr) return fail("segment map key differs from segment address", nullptr);
     if (!seg->first || seg->first->addr != seg->addr || seg->first->prev) {
-      return fail("segment " + hex(seg->addr) + " does not start with its first block", seg->first);
+      return fail("segment " + format_address(seg->addr) + " does not start with its first block", seg->first);
     }
     int p = stat_pool(seg);
     want.segment[p].current++;
