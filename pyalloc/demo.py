@@ -90,11 +90,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    installed = pyalloc.install(device=args.device, budget=args.budget)
-    device = torch.device("cuda" if installed == "cuda" else "cpu")
-    label = torch.cuda.get_device_name(0) if installed == "cuda" else "simulated device (CPU)"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Live stats too, so `pyalloc-stats watch` has something to show during (and after) the run.
+    installed = pyalloc.install(device=args.device, budget=args.budget,
+                                stats_file=str(out / "stats.json"), stats_interval=0.5)
+    device = torch.device("cuda" if installed == "cuda" else "cpu")
+    label = torch.cuda.get_device_name(0) if installed == "cuda" else "simulated device (CPU)"
     trace_path, snapshot_path, plot_path = (out / "trace.json.gz", out / "snapshot.json",
                                             out / "memory.png")
 
@@ -139,7 +141,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout.flush()
     rc = stats_cli.main(["report", str(trace_path), "--top", "5"])
     rc = rc or stats_cli.main(["plot", str(trace_path), "-o", str(plot_path)])
-    print(f"\nwrote {trace_path} (trace), {snapshot_path} (snapshot), {plot_path} (plot)")
+    print(f"\nwrote {trace_path} (trace), {snapshot_path} (snapshot), {plot_path} (plot), "
+          f"{out / 'stats.json'} (live stats, for pyalloc-stats watch)")
     print(f"next: pyalloc-stats plot {snapshot_path} -o segments.html | "
           f"pyalloc-stats compare {snapshot_path} {trace_path} | "
           f"pyalloc-stats export-memviz {trace_path} -o memviz.pickle (open at "
