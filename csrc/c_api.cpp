@@ -331,6 +331,25 @@ int pyalloc_engine_synchronize(pyalloc_engine* engine) {
   return 0;
 }
 
+int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyalloc_evict_fn fn,
+                                      void* context) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->set_evict_callback(fn, context);
+  return 0;
+}
+
+int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle, double cost) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err = engine->set_evictable(ptr, handle, cost);
+  return err.empty() ? 0 : fail(err);
+}
+
+int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err = engine->touch(ptr);
+  return err.empty() ? 0 : fail(err);
+}
+
 int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity) {
   PYALLOC_CHECK_ENGINE(engine);
   if (capacity > (uint64_t{1} << 32)) {

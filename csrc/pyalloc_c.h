@@ -75,6 +75,16 @@ PYALLOC_API int pyalloc_engine_check_invariants(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_reset_peak_stats(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_reset_accumulated_stats(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_synchronize(pyalloc_engine* engine);
+/* Eviction (allocator/src/evictor.h). The callback runs outside the engine lock with the
+ * handles of the storages to evict and returns how many it evicted; their frees re-enter
+ * the engine. handle 0 marks a block not evictable; cost is what recomputing it costs (any
+ * consistent unit, e.g. ns); touch records a use for the staleness term. */
+typedef size_t (*pyalloc_evict_fn)(void* context, const uint64_t* handles, size_t count);
+PYALLOC_API int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyalloc_evict_fn fn,
+                                                  void* context);
+PYALLOC_API int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
+                                             double cost);
+PYALLOC_API int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr);
 /* Tracing (docs/formats.md): record the most recent `capacity` events (0: stop), take
  * them as {"dropped_events":N,"events":[...]}, and tag the calling thread's events. */
 PYALLOC_API int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity);

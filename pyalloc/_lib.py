@@ -57,6 +57,9 @@ _SIGNATURES = {
     "pyalloc_engine_reset_peak_stats": (_c.c_int, [_engine_p]),
     "pyalloc_engine_reset_accumulated_stats": (_c.c_int, [_engine_p]),
     "pyalloc_engine_synchronize": (_c.c_int, [_engine_p]),
+    "pyalloc_engine_set_evict_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
+    "pyalloc_engine_set_evictable": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_uint64, _c.c_double]),
+    "pyalloc_engine_touch": (_c.c_int, [_engine_p, _c.c_void_p]),
     "pyalloc_engine_trace_start": (_c.c_int, [_engine_p, _c.c_uint64]),
     "pyalloc_engine_trace_drain": (_c.c_void_p, [_engine_p]),
     "pyalloc_set_trace_context": (None, [_c.c_uint32]),
@@ -81,6 +84,10 @@ _SIGNATURES = {
     "pyalloc_memory_fraction_hook": (None, [_c.c_double, _c.c_int]),
     "pyalloc_record_stream_hook": (None, [_c.c_void_p, _c.c_void_p]),
 }
+
+# size_t callback(void* context, const uint64_t* handles, size_t count)
+EVICT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
+                                  ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
 
 _lib: Optional[ctypes.CDLL] = None
 

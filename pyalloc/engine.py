@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import _lib
 from .errors import OutOfMemoryError, PyallocError
@@ -151,6 +151,37 @@ class Engine:
 
     def reset_accumulated_stats(self) -> None:
         _check(_lib.lib().pyalloc_engine_reset_accumulated_stats(self.handle))
+
+    # --- eviction (used by the tensor registry) --------------------------------------
+    def set_evict_callback(self, callback: Optional[Callable[[List[int]], int]]) -> None:
+        """``callback(handles) -> evicted`` is called (outside the engine's lock) with the
+        handles of storages the engine wants evicted; it must free them and return how
+        many it freed. ``None`` turns eviction off."""
+        if callback is None:
+            self._evict_fn = None
+            _check(_lib.lib().pyalloc_engine_set_evict_callback(self.handle, None, None))
+            return
+
+        def trampoline(_context, handles, count):
+            try:
+                return int(callback([handles[i] for i in range(count)]))
+            except BaseException:  # an exception cannot cross back into C++
+                import logging
+                logging.getLogger("pyalloc").exception("pyalloc: the eviction callback failed")
+                return 0
+
+        self._evict_fn = _lib.EVICT_CALLBACK(trampoline)  # kept alive with the engine
+        fn = ctypes.cast(self._evict_fn, ctypes.c_void_p)
+        _check(_lib.lib().pyalloc_engine_set_evict_callback(self.handle, fn, None))
+
+    def set_evictable(self, ptr: int, handle: int, cost: float = 1.0) -> None:
+        """Mark the block at ``ptr`` evictable as ``handle`` (0: not evictable) with the
+        cost of bringing it back."""
+        _check(_lib.lib().pyalloc_engine_set_evictable(self.handle, _pointer(ptr), handle, cost))
+
+    def touch(self, ptr: int) -> None:
+        """Record a use of the block at ``ptr`` (the staleness term of the heuristics)."""
+        _check(_lib.lib().pyalloc_engine_touch(self.handle, _pointer(ptr)))
 
     def trace_start(self, capacity: int = 1 << 20) -> None:
         """Record the most recent ``capacity`` events (48 bytes each) until trace_stop()."""

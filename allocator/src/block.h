@@ -105,6 +105,12 @@ struct Block {
   BlockState state = BlockState::kFree;
   int pending_events = 0;             // kAwaitingEvents: events not yet complete
   std::vector<StreamId> stream_uses;  // other streams that used it (record_stream)
+  // Eviction (kAllocated only; reset when handed out): the registry's handle for the
+  // storage living here (0: not evictable), what bringing it back would cost, and the
+  // logical time of its last use. See evictor.h.
+  std::uint64_t evict_handle = 0;
+  double evict_cost = 0;
+  std::uint64_t last_use = 0;
   // kFree only: this block's entry in its pool's free set, so erasing it needs no search.
   FreeSet::iterator free_pos;
 

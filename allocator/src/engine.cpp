@@ -1,9 +1,11 @@
 // engine.cpp — the public operations of Engine; the reclaim ladder is in reclaim.cpp.
 #include "engine.h"
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace pyalloc {
 
@@ -33,7 +35,7 @@ void Engine::after_op_locked() {
 }
 
 void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (size > kMaxRequest || round_size(size) > budget_) {
     ++pool_.stats().num_ooms;
     trace_.record(TraceAction::kOom, 0, size > kMaxRequest ? size : round_size(size), size, stream);
@@ -41,26 +43,87 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     return nullptr;
   }
   const std::size_t rounded = round_size(size);
-  if (!pending_.empty()) process_events_locked(/*wait=*/false);
-
-  Block* block = find_cached_locked(rounded, stream);
-  if (!block) block = grow_locked(rounded);
-  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream);
-  if (!block) {
-    ++pool_.stats().num_alloc_retries;
-    if (release_cached_locked()) block = grow_locked(rounded);
+  // Each round takes its victims out of the evictable set, so rounds end when nothing is
+  // left; the cap only guards against a registry that keeps re-marking the same blocks.
+  constexpr int kMaxEvictRounds = 1 << 16;
+  constexpr int kMaxWaitUs = 200'000;
+  int waited_us = 0;
+  for (int round = 0;; ++round) {
+    if (Block* block = climb_locked(rounded, stream)) {
+      pool_.take(block, rounded, size, stream);
+      trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
+      after_op_locked();
+      std::vector<std::uint64_t> extra = plan_proactive_locked();
+      if (!extra.empty()) {
+        EvictCallback callback = evict_callback_;
+        void* context = evict_context_;
+        lock.unlock();  // See Note [Calling out] in reclaim.cpp.
+        callback(context, extra.data(), extra.size());
+      }
+      return reinterpret_cast<void*>(block->addr);
+    }
+    // Rung 5: evict. Pick victims under the lock, call the registry without it, retry.
+    if (round == kMaxEvictRounds) break;
+    std::vector<std::uint64_t> victims = plan_eviction_locked(rounded, stream);
+    if (victims.empty()) {
+      // Other threads' victims are on their way out: wait a little for their frees rather
+      // than fail. Bounded, because the waiting thread may hold the GIL those evictions
+      // need (See Note [Calling out]); past the bound the request fails as it would have.
+      if (evicting_ == 0 || waited_us >= kMaxWaitUs) break;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+      waited_us += 50;
+      continue;
+    }
+    EvictCallback callback = evict_callback_;
+    void* context = evict_context_;
+    ++evicting_;
+    lock.unlock();
+    callback(context, victims.data(), victims.size());
+    lock.lock();
+    --evicting_;
+    // Climb again even if the registry evicted none of them: their owners may have freed
+    // them meanwhile. Termination does not depend on it either: each round's victims left
+    // the evictable set, so the rounds end when it is empty.
   }
-  if (!block) {
-    ++pool_.stats().num_ooms;
-    trace_.record(TraceAction::kOom, 0, rounded, size, stream);
-    *error = oom_report_locked(size, rounded, stream);
-    after_op_locked();
-    return nullptr;
-  }
-  pool_.take(block, rounded, size, stream);
-  trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
+  ++pool_.stats().num_ooms;
+  trace_.record(TraceAction::kOom, 0, rounded, size, stream);
+  *error = oom_report_locked(size, rounded, stream);
   after_op_locked();
-  return reinterpret_cast<void*>(block->addr);
+  return nullptr;
+}
+
+void Engine::set_evict_callback(EvictCallback callback, void* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  evict_callback_ = callback;
+  evict_context_ = context;
+}
+
+std::string Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
+  auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  if (!(cost >= 0) || cost > 1e300) {
+    return "set_evictable: cost " + std::to_string(cost) + " must be a finite number >= 0";
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = pool_.find_allocated(addr);
+  if (!block) {
+    return "set_evictable of " + format_address(addr) + ": no live block starts there (" +
+           pool_.describe_unknown_pointer(addr) + ")";
+  }
+  block->evict_handle = handle;
+  block->evict_cost = cost;
+  block->last_use = ++clock_;
+  return "";
+}
+
+std::string Engine::touch(void* ptr) {
+  auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = pool_.find_allocated(addr);
+  if (!block) return "touch of " + format_address(addr) + ": no live block starts there";
+  block->last_use = ++clock_;
+  return "";
 }
 
 std::string Engine::free(void* ptr, std::size_t expected_size) {

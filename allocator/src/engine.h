@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "evictor.h"
 #include "options.h"
 #include "pool.h"
 #include "trace.h"
@@ -63,6 +64,18 @@ class Engine {
   // Blocks handed out or awaiting other streams' unfinished work.
   std::int64_t live_blocks();
 
+  // --- eviction (evictor.h) ---
+  // Called *outside* the engine lock with the handles of the storages to evict; returns
+  // how many it evicted (their frees re-enter the engine). A victim it does not evict
+  // stays allocated and is not offered again until the registry marks it evictable anew.
+  using EvictCallback = std::size_t (*)(void* context, const std::uint64_t* handles,
+                                        std::size_t count);
+  void set_evict_callback(EvictCallback callback, void* context);
+  // Marks the block at `ptr` evictable under `handle` (0: not evictable) with the cost of
+  // bringing it back; `touch` records a use (the logical clock ticks).
+  std::string set_evictable(void* ptr, std::uint64_t handle, double cost);
+  std::string touch(void* ptr);
+
   // Tracing (trace.h): start a ring of `capacity` events (0 stops), and take what it holds.
   void set_trace_capacity(std::size_t capacity);
   std::string drain_trace_json();
@@ -72,6 +85,13 @@ class Engine {
 
  private:
   // --- the reclaim ladder (reclaim.cpp) ---
+  // Rungs 1-4 (cached, grow, fence, release); nullptr if none served the request.
+  Block* climb_locked(std::size_t rounded, StreamId stream);
+  // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
+  std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream);
+  // Proactive eviction after a successful allocation (evict_threshold).
+  std::vector<std::uint64_t> plan_proactive_locked();
+  std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
   Block* find_cached_locked(std::size_t rounded, StreamId stream);
   Block* grow_locked(std::size_t rounded);
   bool fence_streams_locked(StreamId stream);
@@ -100,6 +120,10 @@ class Engine {
   std::vector<PendingFree> pending_;   // guarded by mutex_
   std::vector<EventId> spare_events_;  // guarded by mutex_
   TraceRing trace_;                    // guarded by mutex_
+  EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
+  void* evict_context_ = nullptr;           // guarded by mutex_
+  std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
+  int evicting_ = 0;  // guarded by mutex_; threads inside an eviction callback now
 };
 
 }  // namespace pyalloc

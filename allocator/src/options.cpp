@@ -88,6 +88,8 @@ const char* kind_name(OptionKind k) {
     case OptionKind::kBudget: return "budget";
     case OptionKind::kBool: return "bool";
     case OptionKind::kInt: return "int";
+    case OptionKind::kChoice: return "choice";
+    case OptionKind::kFraction: return "fraction";
   }
   return "?";
 }
@@ -100,6 +102,8 @@ const char* accepted_form(OptionKind k) {
              "written with a decimal point or a percent sign, such as 1.0, 0.8 or 80%";
     case OptionKind::kBool: return "true or false";
     case OptionKind::kInt: return "a non-negative integer";
+    case OptionKind::kChoice: return "one of dtr, dte, window";
+    case OptionKind::kFraction: return "a number between 0 and 1, such as 0.9";
   }
   return "?";
 }
@@ -137,6 +141,20 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
              "(off) or more than 20 MiB (the large-segment size); smaller values would stop "
              "every segment from being split";
     }
+  } else if (key == "evict_strategy") {
+    matched = true, kind = OptionKind::kChoice;
+    std::string v = lower(trim(value));
+    ok = v == "dtr" || v == "dte" || v == "window";
+    if (ok) {
+      o->evict_strategy = v == "dtr" ? EvictStrategy::kDtr
+                          : v == "dte" ? EvictStrategy::kDte : EvictStrategy::kWindow;
+    }
+  } else if (key == "evict_threshold") {
+    matched = true, kind = OptionKind::kFraction;
+    double v = 0;
+    std::string rest;
+    ok = parse_number(trim(value), &v, &rest) && rest.empty() && v >= 0 && v <= 1;
+    if (ok) o->evict_threshold = v;
   } else if (key == "trace_capacity") {
     matched = true, kind = OptionKind::kInt;
     ok = parse_count(value, &o->trace_capacity);
@@ -198,6 +216,15 @@ Options Options::defaults() {
   return o;
 }
 
+const char* strategy_name(EvictStrategy s) {
+  switch (s) {
+    case EvictStrategy::kDtr: return "dtr";
+    case EvictStrategy::kDte: return "dte";
+    case EvictStrategy::kWindow: return "window";
+  }
+  return "?";
+}
+
 std::string format_address(std::uintptr_t address) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, address);
@@ -233,9 +260,10 @@ std::string Options::to_string() const {
   else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
-                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,trace_capacity:%zu,"
-                "check_invariants:%s",
-                sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size, trace_capacity,
+                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,evict_strategy:%s,"
+                "evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
+                sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
+                strategy_name(evict_strategy), evict_threshold, trace_capacity,
                 check_invariants ? "true" : "false");
   return out + buf;
 }

@@ -19,6 +19,8 @@ namespace pyalloc {
 //         kBudget — a size, or a fraction of device memory: 0.8 or 80%
 //         kBool  — true/false/1/0/on/off
 //         kInt   — a non-negative integer
+//         kChoice — one of the words the doc lists
+//         kFraction — a number in [0, 1]
 #define PYALLOC_OPTIONS(X)                                                                   \
   X(budget, kBudget, "1.0",                                                                  \
     "Hard cap on reserved bytes: a size (\"8GiB\") or a fraction of device memory (0.8, "    \
@@ -33,6 +35,14 @@ namespace pyalloc {
   X(max_split_size, kSize, "0",                                                              \
     "Cached blocks at least this large are never split for smaller requests (0: no "        \
     "limit; otherwise more than 20 MiB). Same meaning as PyTorch's max_split_size_mb.")     \
+  X(evict_strategy, kChoice, "window",                                                       \
+    "How victims are chosen when memory must be reclaimed from evictable tensors: dtr "     \
+    "(cheapest cost/(bytes x staleness), DTR), dte (the same counting free neighbours, "     \
+    "MegEngine's DTE), or window (the cheapest contiguous run of evictable and free "        \
+    "blocks that holds the request, as Coop does).")                                          \
+  X(evict_threshold, kFraction, "0",                                                         \
+    "Evict proactively once allocated bytes exceed this fraction of the budget, down to it " \
+    "(0: only when a request does not fit).")                                                 \
   X(trace_capacity, kInt, "0",                                                               \
     "Record the most recent N allocator events from the engine's creation (0: off). "        \
     "pyalloc.record_trace() turns recording on for a block of code instead.")               \
@@ -40,7 +50,9 @@ namespace pyalloc {
     "Run check_invariants() after every allocator operation and abort with a report on "    \
     "the first violation. Slow; for tests and debugging.")
 
-enum class OptionKind { kSize, kBudget, kBool, kInt };
+enum class OptionKind { kSize, kBudget, kBool, kInt, kChoice, kFraction };
+
+enum class EvictStrategy { kDtr, kDte, kWindow };
 
 struct Options {
   // A budget is either absolute bytes or a fraction of device memory; exactly one is set.
@@ -50,6 +62,8 @@ struct Options {
   bool sim_sync_stream0 = true;
   std::size_t max_split_size = 0;
   std::size_t trace_capacity = 0;
+  EvictStrategy evict_strategy = EvictStrategy::kWindow;
+  double evict_threshold = 0;
   bool check_invariants = false;
 
   // The table's defaults (the member initializers above are placeholders).
@@ -71,6 +85,7 @@ struct Options {
 bool parse_size(const std::string& text, std::size_t* bytes);
 // 1536 -> "1.50 KiB"
 std::string format_bytes(std::size_t bytes);
+const char* strategy_name(EvictStrategy s);
 // 0x7f3a00000000, for messages
 std::string format_address(std::uintptr_t address);
 

@@ -62,6 +62,7 @@ class Pool {
   // {"segments":[{...,"blocks":[...]}]} — addresses in order, blocks tiling each segment.
   std::string snapshot_json() const;
 
+  const std::map<std::uintptr_t, Segment*>& segments() const { return segments_; }
   Stats& stats() { return stats_; }
   const Stats& stats() const { return stats_; }
   void set_max_split_size(std::size_t bytes) { max_split_size_ = bytes; }

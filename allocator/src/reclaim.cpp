@@ -9,16 +9,77 @@
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
 //   4. release    give every wholly free cached segment back to the device and grow
 //                 again (num_alloc_retries, num_sync_all_streams).
-//   5. oom        report what is allocated, cached, fragmented and what would help
-//                 (num_ooms).
+//   5. evict      choose evictable blocks (evictor.h, option evict_strategy), have the
+//                 registry evict them outside the lock, and climb again from rung 1
+//                 (num_evict_rounds, num_evictions, num_evicted_bytes).
+//   6. oom        report what is allocated, cached, fragmented and evictable, and what
+//                 would help (num_ooms).
 //
-// Later rungs (stitching, eviction, swap) slot in between 4 and 5.
+// Note [Calling out]
+// ~~~~~~~~~~~~~~~~~~
+// The eviction callback runs Python (the registry), which frees storages — re-entering
+// the engine — and may need the GIL. So victims are chosen under the lock and passed by
+// handle, the lock is dropped for the call, and the ladder starts over afterwards: the
+// pool may have changed in between (other threads, the frees themselves), and nothing
+// decided before the call is trusted after it. Lock order: GIL, then engine.
+//
+// Later rungs (stitching, swap) slot in between 4 and 5.
 #include <cinttypes>
 #include <cstdio>
 
 #include "engine.h"
 
 namespace pyalloc {
+
+Block* Engine::climb_locked(std::size_t rounded, StreamId stream) {
+  if (!pending_.empty()) process_events_locked(/*wait=*/false);
+  Block* block = find_cached_locked(rounded, stream);
+  if (!block) block = grow_locked(rounded);
+  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream);
+  if (!block) {
+    ++pool_.stats().num_alloc_retries;
+    if (release_cached_locked()) block = grow_locked(rounded);
+  }
+  return block;
+}
+
+std::vector<std::uint64_t> Engine::take_victims_locked(const EvictPlan& plan, bool proactive) {
+  std::vector<std::uint64_t> handles;
+  handles.reserve(plan.victims.size());
+  for (Block* b : plan.victims) {
+    handles.push_back(b->evict_handle);
+    trace_.record(TraceAction::kEvict, b->addr, b->size, b->requested, b->stream);
+    // Not chosen again (by another thread) while the registry works on it.
+    b->evict_handle = 0;
+  }
+  Stats& s = pool_.stats();
+  ++s.num_evict_rounds;
+  s.num_evictions += static_cast<std::int64_t>(handles.size());
+  s.num_evicted_bytes += static_cast<std::int64_t>(plan.bytes);
+  if (proactive) s.num_proactive_evictions += static_cast<std::int64_t>(handles.size());
+  return handles;
+}
+
+std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream) {
+  if (!evict_callback_) return {};
+  const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
+  const std::size_t headroom = budget_ > reserved ? budget_ - reserved : 0;
+  EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, stream, clock_,
+                                 headroom, backend_->granularity());
+  if (plan.victims.empty()) return {};
+  return take_victims_locked(plan, /*proactive=*/false);
+}
+
+std::vector<std::uint64_t> Engine::plan_proactive_locked() {
+  if (!evict_callback_ || options_.evict_threshold <= 0) return {};
+  const auto allocated =
+      static_cast<double>(pool_.stats().allocated_bytes[kAllPools].current);
+  const double limit = options_.evict_threshold * static_cast<double>(budget_);
+  if (allocated <= limit) return {};
+  EvictPlan plan = plan_reduction(pool_, static_cast<std::size_t>(allocated - limit), clock_);
+  if (plan.victims.empty()) return {};
+  return take_victims_locked(plan, /*proactive=*/true);
+}
 
 Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream) {
   return pool_.find_free(rounded, stream);
@@ -117,7 +178,13 @@ std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, Str
   std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * f.external_fragmentation);
   msg += "  cached free: largest block " + format_bytes(f.largest_free_block) +
          ", external fragmentation " + frag + ".\n";
-  msg += "  evictable 0 B, pinned host 0 B (no eviction or swap policy is active).\n";
+  std::size_t evictable_blocks = 0;
+  const std::size_t evictable = evictable_bytes(pool_, &evictable_blocks);
+  msg += "  evictable " + format_bytes(evictable) + " in " + std::to_string(evictable_blocks) +
+         " blocks" + (evict_callback_ ? std::string(" (strategy ") +
+                                            strategy_name(options_.evict_strategy) + ")"
+                                      : std::string(" (no eviction policy is active)")) +
+         ", pinned host 0 B.\n";
   msg += "  device: " + format_bytes(info.free_bytes) + " free of " +
          format_bytes(info.total_bytes) + ".\n";
 
@@ -137,8 +204,10 @@ std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, Str
              info.free_bytes >= rounded) {
     hint = "the device has room beyond the budget: raise the budget (option budget, "
            "currently " + format_bytes(budget_) + ")";
-  } else {
+  } else if (!evict_callback_) {
     hint = "reduce the batch size or the model's activation memory";
+  } else {
+    hint = "even evicting every evictable tensor would not make room: reduce the batch size";
   }
   msg += "  hint: " + hint + ".";
   return msg;

@@ -30,7 +30,8 @@ namespace pyalloc {
   X(kSegmentUnmap, "segment_unmap") \
   X(kOom, "oom")                 \
   X(kEmptyCache, "empty_cache")  \
-  X(kSetBudget, "set_budget")
+  X(kSetBudget, "set_budget")    \
+  X(kEvict, "evict")
 
 enum class TraceAction : std::uint8_t {
 #define PYALLOC_TRACE_ENUM(name, text) name,

@@ -1,0 +1,177 @@
+// evictor.cpp — see evictor.h.
+#include "evictor.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace pyalloc {
+namespace {
+
+bool evictable(const Block* b) {
+  return b->state == BlockState::kAllocated && b->evict_handle != 0;
+}
+
+double staleness(const Block* b, std::uint64_t clock) {
+  return static_cast<double>(clock - std::min(clock, b->last_use)) + 1.0;
+}
+
+std::size_t free_neighbour_bytes(const Block* b) {
+  std::size_t n = 0;
+  if (b->prev && b->prev->state == BlockState::kFree) n += b->prev->size;
+  if (b->next && b->next->state == BlockState::kFree) n += b->next->size;
+  return n;
+}
+
+// Score-ordered victims until their bytes cover `bytes` (dtr / dte).
+EvictPlan plan_by_score(const Pool& pool, std::size_t bytes, std::uint64_t clock,
+                        bool count_neighbours) {
+  struct Scored {
+    double h;
+    Block* block;
+  };
+  std::vector<Scored> candidates;
+  for (const auto& kv : pool.segments()) {
+    for (Block* b = kv.second->first; b; b = b->next) {
+      if (!evictable(b)) continue;
+      double size = static_cast<double>(b->size + (count_neighbours ? free_neighbour_bytes(b) : 0));
+      candidates.push_back({b->evict_cost / (size * staleness(b, clock)), b});
+    }
+  }
+  // Ties (equal h) go to the lower address, so plans are deterministic.
+  std::sort(candidates.begin(), candidates.end(), [](const Scored& a, const Scored& b) {
+    return a.h != b.h ? a.h < b.h : a.block->addr < b.block->addr;
+  });
+  EvictPlan plan;
+  for (const Scored& s : candidates) {
+    if (plan.bytes >= bytes) break;
+    plan.victims.push_back(s.block);
+    plan.bytes += s.block->size;
+    plan.cost += s.block->evict_cost;
+  }
+  return plan;
+}
+
+// A block a window may span: free memory this stream can use, or an evictable block of
+// this stream (once freed it merges with its neighbours; see Note [Stream tags]).
+bool usable(const Block* b, StreamId stream) {
+  if (b->state == BlockState::kFree) return b->stream == stream || b->stream == kAnyStream;
+  return evictable(b) && b->stream == stream;
+}
+
+// The cheapest contiguous run holding `rounded` bytes in any segment of the request's
+// pool. Two pointers per run of usable blocks: costs are non-negative, so for each right
+// end the left end moves right while the window still holds the request.
+EvictPlan plan_window(const Pool& pool, std::size_t rounded, StreamId stream) {
+  const PoolKind kind = pool_for(rounded);
+  Block* best_first = nullptr;
+  Block* best_last = nullptr;
+  double best_cost = std::numeric_limits<double>::infinity();
+  std::size_t best_size = 0;
+  for (const auto& kv : pool.segments()) {
+    const Segment* seg = kv.second;
+    if (seg->pool != kind || seg->size < rounded) continue;
+    Block* left = seg->first;
+    std::size_t size = 0;
+    double cost = 0;
+    for (Block* right = seg->first; right; right = right->next) {
+      if (!usable(right, stream)) {
+        left = right->next, size = 0, cost = 0;
+        continue;
+      }
+      size += right->size;
+      cost += right->state == BlockState::kFree ? 0.0 : right->evict_cost;
+      while (left != right && size - left->size >= rounded) {
+        size -= left->size;
+        cost -= left->state == BlockState::kFree ? 0.0 : left->evict_cost;
+        left = left->next;
+      }
+      if (size >= rounded && (cost < best_cost || (cost == best_cost && size < best_size))) {
+        best_first = left, best_last = right, best_cost = cost, best_size = size;
+      }
+    }
+  }
+  EvictPlan plan;
+  if (!best_first) return plan;
+  for (Block* b = best_first;; b = b->next) {
+    if (b->state != BlockState::kFree) {
+      plan.victims.push_back(b);
+      plan.bytes += b->size;
+      plan.cost += b->evict_cost;
+    }
+    if (b == best_last) break;
+  }
+  return plan;
+}
+
+// Whole segments of free and evictable blocks, cheapest first, until the segments freed
+// plus the budget's headroom hold a new segment for the request.
+EvictPlan plan_segments(const Pool& pool, std::size_t needed, std::size_t headroom) {
+  struct Candidate {
+    double cost;
+    const Segment* seg;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& kv : pool.segments()) {
+    double cost = 0;
+    bool whole = true;
+    bool any_live = false;
+    for (const Block* b = kv.second->first; b && whole; b = b->next) {
+      if (b->state == BlockState::kFree) continue;
+      whole = evictable(b);
+      any_live = true;
+      cost += b->evict_cost;
+    }
+    if (whole && any_live) candidates.push_back({cost, kv.second});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.cost != b.cost ? a.cost < b.cost : a.seg->addr < b.seg->addr;
+  });
+  EvictPlan plan;
+  std::size_t room = headroom;
+  for (const Candidate& c : candidates) {
+    if (room >= needed) break;
+    for (Block* b = c.seg->first; b; b = b->next) {
+      if (b->state == BlockState::kFree) continue;
+      plan.victims.push_back(b);
+      plan.bytes += b->size;
+      plan.cost += b->evict_cost;
+    }
+    room += c.seg->size;
+  }
+  if (room < needed) return EvictPlan{};  // even all of them would not make room
+  return plan;
+}
+
+}  // namespace
+
+EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
+                        StreamId stream, std::uint64_t clock, std::size_t headroom,
+                        std::size_t granularity) {
+  switch (strategy) {
+    case EvictStrategy::kDtr: return plan_by_score(pool, rounded, clock, false);
+    case EvictStrategy::kDte: return plan_by_score(pool, rounded, clock, true);
+    case EvictStrategy::kWindow: {
+      EvictPlan plan = plan_window(pool, rounded, stream);
+      if (!plan.victims.empty()) return plan;
+      return plan_segments(pool, round_up(rounded, granularity), headroom);
+    }
+  }
+  return {};
+}
+
+EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock) {
+  return plan_by_score(pool, bytes, clock, false);
+}
+
+std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks) {
+  std::size_t bytes = 0, count = 0;
+  for (const auto& kv : pool.segments()) {
+    for (const Block* b = kv.second->first; b; b = b->next) {
+      if (evictable(b)) bytes += b->size, ++count;
+    }
+  }
+  if (blocks) *blocks = count;
+  return bytes;
+}
+
+}  // namespace pyalloc

@@ -1,0 +1,224 @@
+"""Eviction in the engine: victim choice (dtr, dte, window), the callback, proactive eviction.
+
+The registry (Python) marks blocks evictable and evicts what the engine asks for; here a
+small fake registry plays that part: each handle names one allocated pointer, and
+"evicting" frees it, re-entering the engine from inside the callback, as
+``untyped_storage().resize_(0)`` does in training.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import pyalloc
+from pyalloc import Engine, OutOfMemoryError, PyallocError
+
+MiB = 1 << 20
+
+
+class FakeRegistry:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.ptrs = {}          # handle -> ptr
+        self.calls = []         # the handle lists the engine asked for
+        self.lock = threading.Lock()
+        self.refuse = False
+        engine.set_evict_callback(self.evict)
+
+    def add(self, size: int, cost: float, handle: int) -> int:
+        ptr = self.engine.alloc(size)
+        self.engine.set_evictable(ptr, handle, cost)
+        with self.lock:
+            self.ptrs[handle] = ptr
+        return ptr
+
+    def evict(self, handles):
+        self.calls.append(list(handles))
+        if self.refuse:
+            return 0
+        done = 0
+        for h in handles:
+            with self.lock:
+                ptr = self.ptrs.pop(h, None)
+            if ptr is not None:
+                self.engine.free(ptr)  # re-enters the engine, as resize_(0) does
+                done += 1
+        return done
+
+
+def crafted(strategy: str):
+    """Segment A: four contiguous 5 MiB evictable blocks, costly and recently used.
+    Segment B: cheap, stale 2.5 MiB evictable blocks interleaved with pinned ones.
+    The 40 MiB budget allows no third segment; the request is 10 MiB."""
+    e = Engine("host", budget="40MiB", evict_strategy=strategy)
+    reg = FakeRegistry(e)
+    pinned = []
+    b_evictable = [reg.add(5 * MiB // 2, cost=1.0, handle=100 + i) for i in range(1)]
+    pinned.append(e.alloc(5 * MiB // 2))
+    for i in range(1, 4):
+        b_evictable.append(reg.add(5 * MiB // 2, cost=1.0, handle=100 + i))
+        pinned.append(e.alloc(5 * MiB // 2))
+    a_blocks = [reg.add(5 * MiB, cost=10.0, handle=1 + i) for i in range(4)]
+    for p in a_blocks:
+        e.touch(p)  # recently used: DTR's staleness term makes them look expensive
+    snap = e.snapshot()
+    assert len(snap["segments"]) == 2 and e.stats()["reserved_bytes.all.current"] == 40 * MiB
+    return e, reg, pinned
+
+
+@pytest.mark.parametrize("strategy", ["dtr", "dte", "window"])
+def test_crafted_layout_window_frees_contiguous_space(strategy):
+    e, reg, pinned = crafted(strategy)
+    ptr = e.alloc(10 * MiB)
+    s = e.stats()
+    rounds, evicted = s["num_evict_rounds"], s["num_evicted_bytes"]
+    if strategy == "window":
+        # One round: the two cheapest adjacent blocks of segment A, nothing else.
+        assert reg.calls == [[1, 2]]
+        assert (rounds, evicted) == (1, 10 * MiB)
+    else:
+        # DTR/DTE first free the cheap, stale 2.5 MiB blocks of segment B: their bytes
+        # cover the request, but they are scattered between pinned blocks, so the
+        # request still fails and another round must evict segment A's blocks anyway.
+        assert sorted(reg.calls[0]) == [100, 101, 102, 103]
+        assert rounds >= 2 and evicted >= 20 * MiB
+    e.free(ptr)
+    for p in pinned:
+        e.free(p)
+    for p in list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()
+
+
+def test_window_beats_dtr_in_bytes_and_cost():
+    results = {}
+    for strategy in ("dtr", "window"):
+        e, reg, pinned = crafted(strategy)
+        e.free(e.alloc(10 * MiB))
+        results[strategy] = e.stats()["num_evicted_bytes"]
+        for p in pinned + list(reg.ptrs.values()):
+            e.free(p)
+        e.close()
+    assert results["window"] * 2 <= results["dtr"], results
+
+
+def test_refusing_callback_gives_an_oom_that_names_evictable_bytes():
+    e, reg, pinned = crafted("window")
+    reg.refuse = True
+    with pytest.raises(OutOfMemoryError) as info:
+        e.alloc(10 * MiB)
+    msg = str(info.value)
+    assert "evictable" in msg and "(strategy window)" in msg, msg
+    assert e.stats()["num_ooms"] == 1
+    e.check_invariants()
+    for p in pinned + list(reg.ptrs.values()):
+        e.free(p)
+    e.close()
+
+
+def test_eviction_cannot_help_a_request_larger_than_everything():
+    e, reg, pinned = crafted("dtr")
+    with pytest.raises(OutOfMemoryError, match="out of memory"):
+        e.alloc(39 * MiB)  # B's pinned blocks keep one whole segment busy
+    e.check_invariants()
+    for p in pinned + list(reg.ptrs.values()):
+        e.free(p)
+    e.close()
+
+
+def test_window_frees_whole_segments_for_a_request_no_segment_holds():
+    e = Engine("host", budget="40MiB", evict_strategy="window")
+    reg = FakeRegistry(e)
+    for i in range(8):
+        reg.add(5 * MiB, cost=float(i + 1), handle=i + 1)  # two 20 MiB segments, all evictable
+    big = e.alloc(30 * MiB)  # needs a new 30 MiB segment: both old ones must go
+    assert e.stats()["num_device_free"] == 2
+    e.free(big)
+    e.check_invariants()
+    e.close()
+
+
+def test_proactive_eviction_keeps_allocated_under_the_threshold():
+    e = Engine("host", budget="64MiB", evict_threshold=0.5, evict_strategy="dtr")
+    reg = FakeRegistry(e)
+    for i in range(12):
+        reg.add(4 * MiB, cost=1.0, handle=i + 1)
+        assert e.stats()["allocated_bytes.all.current"] <= 32 * MiB + 4 * MiB
+    s = e.stats()
+    assert s["num_proactive_evictions"] > 0
+    assert s["allocated_bytes.all.current"] <= 32 * MiB
+    for p in list(reg.ptrs.values()):
+        e.free(p)
+    e.close()
+
+
+def test_threads_allocating_and_evicting_concurrently():
+    e = Engine("host", budget="96MiB", evict_strategy="window")
+    reg = FakeRegistry(e)
+    errors = []
+
+    def worker(index):
+        try:
+            for i in range(150):
+                handle = index * 1_000_000 + i + 1
+                reg.add((1 + (i * 7919 + index) % 6) * MiB, cost=1.0 + i % 5, handle=handle)
+                if i % 3 == 0:
+                    with reg.lock:
+                        ptr = reg.ptrs.pop(handle, None)
+                    if ptr is not None:
+                        e.free(ptr)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert not errors, errors
+    assert e.stats()["num_evictions"] > 0
+    e.check_invariants()
+    for p in list(reg.ptrs.values()):
+        e.free(p)
+    e.close()
+
+
+def test_bad_eviction_input():
+    e = Engine("host", budget="32MiB")
+    p = e.alloc(1024)
+    with pytest.raises(PyallocError, match="no live block starts there"):
+        e.set_evictable(p + 512, 1, 1.0)
+    with pytest.raises(PyallocError, match="must be a finite number >= 0"):
+        e.set_evictable(p, 1, -1.0)
+    with pytest.raises(PyallocError, match="must be a finite number >= 0"):
+        e.set_evictable(p, 1, float("nan"))
+    with pytest.raises(PyallocError, match="no live block starts there"):
+        e.touch(p + 4096)
+    with pytest.raises(ValueError, match="invalid value 'lru' for pyalloc option 'evict_strategy'"):
+        Engine("host", evict_strategy="lru")
+    with pytest.raises(ValueError, match="evict_threshold"):
+        Engine("host", evict_threshold=1.5)
+    e.free(p)
+    e.close()
+
+
+def test_failing_callback_is_contained():
+    e = Engine("host", budget="40MiB")
+    ptrs = [e.alloc(5 * MiB) for _ in range(8)]
+    for i, p in enumerate(ptrs):
+        e.set_evictable(p, i + 1, 1.0)
+
+    def broken(handles):
+        raise RuntimeError("registry exploded")
+
+    e.set_evict_callback(broken)
+    with pytest.raises(OutOfMemoryError):
+        e.alloc(10 * MiB)
+    e.set_evict_callback(None)
+    e.check_invariants()
+    for p in ptrs:
+        e.free(p)
+    e.close()
