@@ -206,4 +206,52 @@ int pyalloc_bench_pairs(int device, uintptr_t stream, const size_t* sizes, size_
   return 0;
 }
 
+int pyalloc_bench_sequence(int device, uintptr_t stream, const int64_t* ops,
+                           const uint32_t* slots, size_t count, uint32_t n_slots, int repeats,
+                           double* ns_per_op) {
+  if (!ops || !slots || count == 0) return fail("the sequence is empty");
+  if (!ns_per_op || repeats < 1) return fail("repeats must be at least 1");
+  std::vector<void*> live(n_slots, nullptr);
+  std::vector<std::size_t> sizes(n_slots, 0);
+  void* s = reinterpret_cast<void*>(stream);
+  for (size_t i = 0; i < count; ++i) {
+    if (slots[i] >= n_slots) return fail("slot " + std::to_string(slots[i]) + " out of range");
+  }
+  auto release_all = [&] {
+    for (std::uint32_t k = 0; k < n_slots; ++k) {
+      if (live[k]) pyalloc_free(live[k], sizes[k], device, s);
+      live[k] = nullptr;
+    }
+  };
+  auto run = [&] {
+    for (size_t i = 0; i < count; ++i) {
+      std::uint32_t k = slots[i];
+      if (ops[i] > 0) {
+        if (live[k]) pyalloc_free(live[k], sizes[k], device, s);  // tolerate reuse of a slot
+        live[k] = pyalloc_malloc(static_cast<std::size_t>(ops[i]), device, s);
+        sizes[k] = static_cast<std::size_t>(ops[i]);
+      } else if (live[k]) {
+        pyalloc_free(live[k], sizes[k], device, s);
+        live[k] = nullptr;
+      }
+    }
+  };
+  try {
+    run();  // warm-up: the cache reaches its steady state
+    release_all();
+    auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r) {
+      run();
+      release_all();
+    }
+    auto stop = std::chrono::steady_clock::now();
+    *ns_per_op = std::chrono::duration<double, std::nano>(stop - start).count() /
+                 (static_cast<double>(count) * repeats);
+  } catch (const std::exception& e) {
+    release_all();
+    return fail(std::string("benchmark allocation failed: ") + e.what());
+  }
+  return 0;
+}
+
 }  // extern "C"

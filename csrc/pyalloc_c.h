@@ -119,6 +119,13 @@ PYALLOC_API int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops
 PYALLOC_API int pyalloc_bench_pairs(int device, uintptr_t stream, const size_t* sizes, size_t n_sizes,
                         size_t live, uint64_t pairs, double* ns_per_pair);
 
+/* Times a recorded sequence through pyalloc_malloc/pyalloc_free: ops[i] > 0 allocates
+ * ops[i] bytes into slots[i]; ops[i] == 0 frees slots[i]. Run `repeats` times after one
+ * warm-up pass; ns per operation in *ns_per_op. Every slot must be freed by the end. */
+PYALLOC_API int pyalloc_bench_sequence(int device, uintptr_t stream, const int64_t* ops,
+                                       const uint32_t* slots, size_t count, uint32_t n_slots,
+                                       int repeats, double* ns_per_op);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,11 @@ _SIGNATURES = {
         [_c.c_int, _c.c_size_t, _c.POINTER(_c.c_size_t), _c.c_size_t, _c.c_size_t, _c.c_uint64,
          _c.POINTER(_c.c_double)],
     ),
+    "pyalloc_bench_sequence": (
+        _c.c_int,
+        [_c.c_int, _c.c_size_t, _c.POINTER(_c.c_int64), _c.POINTER(_c.c_uint32), _c.c_size_t,
+         _c.c_uint32, _c.c_int, _c.POINTER(_c.c_double)],
+    ),
     # Pluggable-allocator entry points: loaded by address, never called through ctypes
     # (pyalloc_malloc throws C++ exceptions, which ctypes cannot catch).
     "pyalloc_malloc": (_c.c_void_p, [_c.c_size_t, _c.c_int, _c.c_void_p]),

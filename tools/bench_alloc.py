@@ -16,10 +16,15 @@ allocated, so every malloc is paired with the free of a block allocated ``live``
 earlier, as activations are freed during backward. Steady state: the warm-up fills the
 cache, so the timed loop measures the cached path both allocators take in training.
 
+With ``--trace FILE`` it also replays a recorded training trace (``pyalloc.record_trace``,
+e.g. the one ``pyalloc-demo`` writes): the run's exact sequence of allocations and frees,
+sizes and order, timed through the same entry points. Training repeats the same sizes
+every step, which the synthetic mix above deliberately does not.
+
 Usage::
 
     python tools/bench_alloc.py                 # simulated device (+ GPU when present)
-    python tools/bench_alloc.py --json out.json
+    python tools/bench_alloc.py --trace pyalloc-demo-out/trace.json.gz --json out.json
 """
 from __future__ import annotations
 
@@ -90,6 +95,45 @@ def pyalloc_pairs(device: int, sizes: List[int], live: int, pairs: int) -> float
     return out.value
 
 
+def trace_sequence(path: Path):
+    """(ops, slots, n_slots) from a trace: alloc -> size > 0 into a slot, free -> 0."""
+    from pyalloc import files
+
+    doc = files.load(path, expect=files.TRACE)
+    col = {name: doc["columns"].index(name) for name in ("action", "address", "requested")}
+    ops, slots, free_slots, slot_of = [], [], [], {}
+    next_slot = 0
+    for event in doc["events"]:
+        action, address = event[col["action"]], event[col["address"]]
+        if action == "alloc":
+            if free_slots:
+                slot = free_slots.pop()
+            else:
+                slot, next_slot = next_slot, next_slot + 1
+            slot_of[address] = slot
+            ops.append(max(1, event[col["requested"]]))
+            slots.append(slot)
+        elif action in ("free", "free_requested") and address in slot_of:
+            slot = slot_of.pop(address)
+            ops.append(0)
+            slots.append(slot)
+            free_slots.append(slot)
+    n_slots = max(slots) + 1 if slots else 0
+    return ops, slots, n_slots
+
+
+def sequence_ns(device: int, ops, slots, n_slots: int, repeats: int) -> float:
+    n = len(ops)
+    op_arr = (ctypes.c_int64 * n)(*ops)
+    slot_arr = (ctypes.c_uint32 * n)(*slots)
+    out = ctypes.c_double()
+    rc = _lib.lib().pyalloc_bench_sequence(device, 0, op_arr, slot_arr, n, n_slots, repeats,
+                                           ctypes.byref(out))
+    if rc != 0:
+        raise RuntimeError(_lib.last_error())
+    return out.value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=2_000_000, help="timed pairs per repeat")
@@ -98,6 +142,8 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, default=4096, help="length of the request sequence")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--trace", type=Path, help="also replay this recorded trace's sequence")
+    parser.add_argument("--trace-repeats", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -135,6 +181,16 @@ def main() -> int:
                           functions=["native_pairs"], with_cuda=True, verbose=False)
         runs["torch_native"] = [ext.native_pairs(sizes, args.live, args.pairs)
                                 for _ in range(args.repeats)]
+
+    if args.trace:
+        ops, slots, n_slots = trace_sequence(args.trace)
+        per_op = [sequence_ns(0, ops, slots, n_slots, args.trace_repeats)
+                  for _ in range(args.repeats)]
+        results["trace"] = str(args.trace)
+        results["trace_ops"] = len(ops)
+        results["trace_distinct_sizes"] = len({o for o in ops if o > 0})
+        # One malloc and one free per allocation: a pair is two operations.
+        runs["pyalloc_trace"] = [2 * v for v in per_op]
 
     table = []
     for name, values in runs.items():
