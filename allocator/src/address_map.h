@@ -1,4 +1,5 @@
-// address_map.h — address -> Block* for the blocks handed out; the lookup every free does.
+// address_map.h — address -> Block* for the blocks handed out (the lookup every free does),
+// and size -> Block* for the exact-size cache: any 512-byte-aligned nonzero key.
 //
 // Open addressing with linear probing and backward-shift deletion: no node per entry and
 // no division, which std::unordered_map spends on every operation. Addresses are
@@ -32,6 +33,18 @@ class AddressMap {
     if (2 * (size_ + 1) > slots_.size()) grow();
     place(key, value);
     ++size_;
+  }
+
+  // Inserts or updates.
+  void assign(std::uintptr_t key, Block* value) {
+    for (std::size_t i = index(key);; i = (i + 1) & mask()) {
+      if (slots_[i].key == key) {
+        slots_[i].value = value;
+        return;
+      }
+      if (slots_[i].key == 0) break;
+    }
+    insert(key, value);
   }
 
   bool erase(std::uintptr_t key) {

@@ -9,8 +9,8 @@
 //     b->addr + b->size, and the sizes add up to segment->size. prev/next are mutual.
 //   * Free neighbours are merged: two adjacent kFree blocks never have compatible
 //     stream tags (see Note [Stream tags]).
-//   * A block is in its pool's free set iff it is kFree; it is in the allocated map iff
-//     it is kAllocated or kAwaitingEvents.
+//   * A block is kFree iff it is in exactly one of: its pool's free set, or the exact-size
+//     cache; it is in the allocated map iff it is kAllocated.
 //   * Byte identities (Stats): reserved == active + cached_free, active == allocated +
 //     awaiting_events, and every current figure equals a walk over the blocks.
 //
@@ -111,8 +111,14 @@ struct Block {
   std::uint64_t evict_handle = 0;
   double evict_cost = 0;
   std::uint64_t last_use = 0;
-  // kFree only: this block's entry in its pool's free set, so erasing it needs no search.
+  // kFree only: where the block is cached. Either in its pool's free set (free_pos, so
+  // erasing needs no search) or, when it has no free neighbour to merge with, in the
+  // exact-size cache at fast_index (See Note [Exact-size cache] in pool.h).
   FreeSet::iterator free_pos;
+  bool fast_cached = false;
+  std::uint32_t fast_index = 0;  // position in Pool::fast_list_
+  Block* fast_prev = nullptr;    // the cache's list of free blocks of this size
+  Block* fast_next = nullptr;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };

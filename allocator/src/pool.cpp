@@ -62,7 +62,60 @@ void Pool::insert_free(Block* b) {
   inactive_split_account(b, +1);
 }
 
+void Pool::fast_push(Block* b) {
+  b->fast_cached = true;
+  b->fast_index = static_cast<std::uint32_t>(fast_list_.size());
+  fast_list_.push_back(b);
+  Block* head = fast_heads_.find(b->size);
+  b->fast_prev = nullptr;
+  b->fast_next = head;
+  if (head) head->fast_prev = b;
+  fast_heads_.assign(b->size, b);
+  inactive_split_account(b, +1);
+}
+
+void Pool::fast_remove(Block* b) {
+  Block* last = fast_list_.back();
+  fast_list_[b->fast_index] = last;
+  last->fast_index = b->fast_index;
+  fast_list_.pop_back();
+  if (b->fast_next) b->fast_next->fast_prev = b->fast_prev;
+  if (b->fast_prev) {
+    b->fast_prev->fast_next = b->fast_next;
+  } else if (b->fast_next) {
+    fast_heads_.assign(b->size, b->fast_next);
+  } else {
+    fast_heads_.erase(b->size);
+  }
+  b->fast_cached = false;
+  b->fast_prev = b->fast_next = nullptr;
+  inactive_split_account(b, -1);
+}
+
+Block* Pool::fast_find(std::size_t rounded, StreamId stream) const {
+  if (fast_list_.empty()) return nullptr;
+  // Newest first (pushes go to the head). Only blocks of the request's pool: a size
+  // decides its pool, but a large-pool block can be small after splits.
+  for (Block* b = fast_heads_.find(rounded); b; b = b->fast_next) {
+    if (b->segment->pool != pool_for(rounded)) continue;
+    if (b->stream == stream || b->stream == kAnyStream) return b;
+  }
+  return nullptr;
+}
+
+void Pool::flush_fast() {
+  // No two cached blocks are adjacent-and-mergeable (each had no mergeable free neighbour
+  // when it was cached, and a later free neighbour took it out), so plain inserts keep
+  // the "free neighbours are merged" invariant.
+  while (!fast_list_.empty()) {
+    Block* b = fast_list_.back();
+    fast_remove(b);
+    insert_free(b);
+  }
+}
+
 void Pool::erase_free(Block* b) {
+  if (b->fast_cached) return fast_remove(b);
   free_set(b).erase(b->free_pos);
   inactive_split_account(b, -1);
 }
@@ -75,6 +128,11 @@ bool Pool::acceptable(const Block* b, std::size_t rounded) const {
   if (rounded < max_split_size_) return b->size < max_split_size_;
   // An oversize request takes a cached block only if little of it is wasted.
   return b->size < rounded + kMaxNonSplitRounding;
+}
+
+Block* Pool::find_exact(std::size_t rounded, StreamId stream) const {
+  Block* exact = fast_find(rounded, stream);
+  return exact && acceptable(exact, rounded) ? exact : nullptr;
 }
 
 Block* Pool::find_free(std::size_t rounded, StreamId stream) const {
@@ -172,6 +230,7 @@ bool Pool::has_free_segment() const {
 }
 
 std::vector<Segment*> Pool::take_releasable_segments() {
+  flush_fast();
   std::vector<Segment*> out;
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment* seg = it->second;
@@ -236,11 +295,20 @@ void Pool::release(Block* b) {
   b->state = BlockState::kFree;
   b->requested = 0;
   b->stream_uses.clear();
+  const Block* prev = b->prev;
+  const Block* next = b->next;
   absorb_neighbours(b);
-  insert_free(b);
+  // Nothing merged and the segment is split: an exact-size request will likely want it
+  // back soon. See Note [Exact-size cache].
+  if (b->prev == prev && b->next == next && b->is_split()) {
+    fast_push(b);
+  } else {
+    insert_free(b);
+  }
 }
 
 void Pool::adopt_stream(StreamId stream) {
+  flush_fast();
   std::vector<Block*> blocks;
   for (FreeSet& set : free_) {
     for (auto it = set.lower_bound(FreeEntry{stream, 0, 0, nullptr});
@@ -322,6 +390,9 @@ FragmentationFigures Pool::fragmentation() const {
       it = last;
     }
   }
+  for (const Block* b : fast_list_) {
+    if (b->size > f.largest_free_block) f.largest_free_block = b->size;
+  }
   std::int64_t peak_reserved = stats_.reserved_bytes[kAllPools].peak;
   f.utilization = peak_reserved == 0 ? 1.0
                                      : static_cast<double>(stats_.allocated_bytes[kAllPools].peak) /
@@ -359,10 +430,26 @@ std::string Pool::check_invariants() const {
       switch (b->state) {
         case BlockState::kFree: {
           ++free_blocks;
-          const FreeSet& set = free_[static_cast<int>(seg->pool)];
-          auto it = set.find(FreeEntry{b->stream, b->size, b->addr, nullptr});
-          if (it == set.end() || it->block != b || b->free_pos != it) {
-            return fail("free block missing from its free set", b);
+          if (b->fast_cached) {
+            bool listed = false;
+            for (const Block* c = fast_heads_.find(b->size); c && !listed; c = c->fast_next) {
+              listed = c == b;
+            }
+            if (b->fast_index >= fast_list_.size() || fast_list_[b->fast_index] != b || !listed) {
+              return fail("cached free block missing from the exact-size cache", b);
+            }
+            auto mergeable = [b](const Block* n) {
+              return n && n->state == BlockState::kFree && tags_compatible(b->stream, n->stream);
+            };
+            if (mergeable(b->prev) || mergeable(b->next) || !b->is_split()) {
+              return fail("exact-size cache holds a block that could merge or is unsplit", b);
+            }
+          } else {
+            const FreeSet& set = free_[static_cast<int>(seg->pool)];
+            auto it = set.find(FreeEntry{b->stream, b->size, b->addr, nullptr});
+            if (it == set.end() || it->block != b || b->free_pos != it) {
+              return fail("free block missing from its free set", b);
+            }
           }
           if (b->next && b->next->state == BlockState::kFree && tags_compatible(b->stream, b->next->stream)) {
             return fail("adjacent free blocks were not merged", b);
@@ -404,7 +491,9 @@ std::string Pool::check_invariants() const {
       oversize_segments != stats_.oversize_segments.current) {
     return "oversize_allocations/oversize_segments disagree with the blocks";
   }
-  if (free_blocks != free_[0].size() + free_[1].size()) return "free sets hold blocks that are not free";
+  if (free_blocks != free_[0].size() + free_[1].size() + fast_list_.size()) {
+    return "free sets or the exact-size cache hold blocks that are not free";
+  }
   if (allocated_blocks != allocated_.size()) return "allocated map holds blocks that are not allocated";
 
   for (int p : {kSmallPool, kLargePool}) {

@@ -82,6 +82,11 @@ std::vector<std::uint64_t> Engine::plan_proactive_locked() {
 }
 
 Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream) {
+  // An exact-size hit needs no search. On a miss, every cached block joins the free sets
+  // first, so best fit (and every later rung) sees all free memory: See Note
+  // [Exact-size cache] in pool.h.
+  if (Block* exact = pool_.find_exact(rounded, stream)) return exact;
+  pool_.flush_fast();
   return pool_.find_free(rounded, stream);
 }
 
@@ -135,6 +140,7 @@ bool Engine::fence_streams_locked(StreamId stream) {
 }
 
 bool Engine::release_cached_locked() {
+  pool_.flush_fast();  // tagged_streams() below reads the free sets only
   if (!pool_.has_free_segment()) return false;
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
   // free block may still be in use by work queued on its stream. So wait for everything —
