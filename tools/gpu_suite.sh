@@ -14,7 +14,7 @@ python3 -m pip install -q --no-build-isolation --no-deps . > "$out/install.log" 
   lscpu | grep 'Model name'; c++ --version | head -1; date -u; } | tee "$out/device.txt"
 python3 -X faulthandler -c "import torch, pyalloc; e = pyalloc.Engine('host'); print('smoke: engine ok,', e.stats()['budget_bytes'], 'bytes')" \
   || { echo "smoke check failed"; exit 1; }
-(cd tests && python3 -m pytest -q -rs test_gpu.py test_torch_sim.py test_trace_replay.py) 2>&1 \
+(cd tests && python3 -m pytest -q -rs test_gpu.py test_torch_sim.py test_trace_replay.py test_evictor.py) 2>&1 \
   | tee "$out/tests.log" | tail -15
 python3 - <<'PY' 2>&1 | tee "$out/stress.log"
 import time, pyalloc
@@ -23,9 +23,12 @@ with pyalloc.Engine("host", budget="1GiB") as e:
     e.stress(threads=16, ops=2_000_000, seed=1, max_size=32 << 20, check_every=20_000)
 print(f"stress: 2,000,000 ops on 16 threads, clean, {time.time() - t:.1f} s")
 PY
-python3 tools/bench_alloc.py --json "$out/bench_alloc_gpu.json" 2>&1 | tail -6
-python3 tools/bench_alloc.py --device cpu --json "$out/bench_alloc_sim.json" 2>&1 | tail -4
 pyalloc-demo --steps 20 --out "$out/demo" --json "$out/demo_gpu.json" 2>/dev/null \
   | grep -v "^  0x" | head -40
 pyalloc-stats export-memviz "$out/demo/trace.json.gz" -o "$out/demo/memviz.pickle" && echo "memviz export ok"
 python3 tools/replay.py "$out/demo/trace.json.gz" | head -12
+# The allocator benchmark: the synthetic mix, and the demo's own training trace replayed.
+python3 tools/bench_alloc.py --trace "$out/demo/trace.json.gz" --json "$out/bench_alloc_gpu.json" \
+  2>&1 | tail -7
+python3 tools/bench_alloc.py --device cpu --trace "$out/demo/trace.json.gz" \
+  --json "$out/bench_alloc_sim.json" 2>&1 | tail -5
