@@ -65,6 +65,26 @@ double native_pairs(std::vector<int64_t> sizes, int64_t live, int64_t pairs) {
   for (void* p : ring) if (p) alloc->raw_delete(p);
   return std::chrono::duration<double, std::nano>(stop - start).count() / pairs;
 }
+
+// The same replay as pyalloc_bench_sequence (csrc/debug_api.cpp), through the native allocator.
+double native_sequence(std::vector<int64_t> ops, std::vector<int64_t> slots, int64_t n_slots,
+                       int64_t repeats) {
+  auto* alloc = c10::cuda::CUDACachingAllocator::get();
+  std::vector<void*> live(n_slots, nullptr);
+  auto release_all = [&] { for (auto& p : live) { if (p) alloc->raw_delete(p); p = nullptr; } };
+  auto run = [&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      void*& p = live[slots[i]];
+      if (ops[i] > 0) { if (p) alloc->raw_delete(p); p = alloc->raw_alloc(ops[i]); }
+      else if (p) { alloc->raw_delete(p); p = nullptr; }
+    }
+  };
+  run(); release_all();
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t r = 0; r < repeats; ++r) { run(); release_all(); }
+  auto stop = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(stop - start).count() / (ops.size() * repeats);
+}
 """
 
 
@@ -178,7 +198,8 @@ def main() -> int:
         results["device"] = torch.cuda.get_device_name(0)
         results["torch"] = torch.__version__
         ext = load_inline("pyalloc_bench_native", cpp_sources=[_NATIVE_SRC],
-                          functions=["native_pairs"], with_cuda=True, verbose=False)
+                          functions=["native_pairs", "native_sequence"], with_cuda=True,
+                          verbose=False)
         runs["torch_native"] = [ext.native_pairs(sizes, args.live, args.pairs)
                                 for _ in range(args.repeats)]
 
@@ -191,6 +212,10 @@ def main() -> int:
         results["trace_distinct_sizes"] = len({o for o in ops if o > 0})
         # One malloc and one free per allocation: a pair is two operations.
         runs["pyalloc_trace"] = [2 * v for v in per_op]
+        if use_cuda:
+            runs["torch_native_trace"] = [
+                2 * ext.native_sequence(ops, slots, n_slots, args.trace_repeats)
+                for _ in range(args.repeats)]
 
     table = []
     for name, values in runs.items():
@@ -200,6 +225,9 @@ def main() -> int:
     if "torch_native_ns_per_pair" in results:
         results["ratio_pyalloc_over_native"] = (
             results["pyalloc_ns_per_pair"] / results["torch_native_ns_per_pair"])
+    if "torch_native_trace_ns_per_pair" in results:
+        results["ratio_trace_pyalloc_over_native"] = (
+            results["pyalloc_trace_ns_per_pair"] / results["torch_native_trace_ns_per_pair"])
 
     print(json.dumps(results, indent=2))
     print()
@@ -209,6 +237,8 @@ def main() -> int:
         print(f"{name:<14}{med:>16.1f}{lo:>10.1f}{hi:>10.1f}")
     if "ratio_pyalloc_over_native" in results:
         print(f"pyalloc / native: {results['ratio_pyalloc_over_native']:.2f}x")
+    if "ratio_trace_pyalloc_over_native" in results:
+        print(f"pyalloc / native on the trace: {results['ratio_trace_pyalloc_over_native']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
