@@ -504,3 +504,27 @@ def test_size_zero_returns_a_unique_valid_pointer_each_time(make_engine):
     assert stats["allocated_bytes.all.current"] == 16 * 512
     for ptr in ptrs:
         engine.free(ptr, 0)
+
+
+def test_small_request_borrows_from_a_large_block_when_the_budget_is_spent(make_engine):
+    # The budget holds exactly one 20 MiB large segment; a small request cannot get a
+    # 2 MiB small segment, so it takes a piece of the large segment's free block.
+    engine = make_engine(budget="20MiB")
+    big = engine.alloc(5 * MiB)
+    small = engine.alloc(4 * KiB)
+    stats = engine.stats()
+    assert stats["num_small_borrows"] == 1
+    assert stats["reserved_bytes.all.current"] == 20 * MiB
+    assert segment_of(engine, small)["segment_type"] == "large"
+    assert segment_of(engine, small)["address"] == segment_of(engine, big)["address"]
+    engine.check_invariants()
+    engine.free(small)
+    engine.free(big)
+    # With room for a small segment, small requests keep to the small pool.
+    roomy = make_engine(budget="64MiB")
+    b2 = roomy.alloc(5 * MiB)
+    s2 = roomy.alloc(4 * KiB)
+    assert segment_of(roomy, s2)["segment_type"] == "small"
+    assert roomy.stats()["num_small_borrows"] == 0
+    roomy.free(s2)
+    roomy.free(b2)

@@ -135,8 +135,8 @@ Block* Pool::find_exact(std::size_t rounded, StreamId stream) const {
   return exact && acceptable(exact, rounded) ? exact : nullptr;
 }
 
-Block* Pool::find_free(std::size_t rounded, StreamId stream) const {
-  const FreeSet& set = free_[static_cast<int>(pool_for(rounded))];
+Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) const {
+  const FreeSet& set = free_[static_cast<int>(kind)];
   if (set.empty()) return nullptr;
   // The set is ordered by tag first, so its ends bound the tags present: skip a probe
   // that cannot match (in steady state only one of the two ever can).

@@ -45,7 +45,11 @@ class Pool {
   // The best block of the free sets (not the exact-size cache: flush it first) for a
   // request of `rounded` bytes on `stream`: the smallest that fits among blocks tagged
   // `stream` and blocks tagged kAnyStream, honouring max_split_size. nullptr if none.
-  Block* find_free(std::size_t rounded, StreamId stream) const;
+  Block* find_free(std::size_t rounded, StreamId stream) const {
+    return find_free_in(pool_for(rounded), rounded, stream);
+  }
+  // The same search in a given pool (the borrow rung: a small request in the large pool).
+  Block* find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) const;
   // Hands out `block` (which find_free returned) for a request, splitting off the rest
   // when it is worth keeping.
   Block* take(Block* block, std::size_t rounded, std::size_t requested, StreamId stream);

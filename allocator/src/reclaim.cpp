@@ -8,7 +8,8 @@
 //   3. fence      wait for other streams' outstanding work, then reuse their cached
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
 //   4. release    give every wholly free cached segment back to the device and grow
-//                 again (num_alloc_retries, num_sync_all_streams).
+//                 again (num_alloc_retries, num_sync_all_streams); then, for a small
+//                 request, borrow a piece of a large-pool free block (num_small_borrows).
 //   5. evict      choose evictable blocks (evictor.h, option evict_strategy), have the
 //                 registry evict them outside the lock, and climb again from rung 1
 //                 (num_evict_rounds, num_evictions, num_evicted_bytes).
@@ -39,6 +40,14 @@ Block* Engine::climb_locked(std::size_t rounded, StreamId stream) {
   if (!block) {
     ++pool_.stats().num_alloc_retries;
     if (release_cached_locked()) block = grow_locked(rounded);
+  }
+  if (!block && pool_for(rounded) == PoolKind::kSmall) {
+    // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
+    // only memory left, and small requests never look there. Take a piece of one rather
+    // than fail (seen in training under eviction: an 8 MiB free large block, a 1 MiB
+    // request, no room for a 2 MiB small segment).
+    block = pool_.find_free_in(PoolKind::kLarge, rounded, stream);
+    if (block) ++pool_.stats().num_small_borrows;
   }
   return block;
 }
