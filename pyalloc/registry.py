@@ -31,18 +31,18 @@ from .engine import Engine
 
 
 class _Node:
-    __slots__ = ("handle", "func", "args", "kwargs", "index", "nbytes", "cost_ns", "aliases",
+    __slots__ = ("handle", "func", "args", "kwargs", "index", "nbytes", "cost", "aliases",
                  "evicted", "frozen", "__weakref__")
 
     def __init__(self, handle: int, func: Any, args: Any, kwargs: Any, index: int,
-                 nbytes: int, cost_ns: float) -> None:
+                 nbytes: int, cost: float) -> None:
         self.handle = handle
         self.func = func
         self.args = args          # inputs held strongly: needed to recompute this storage
         self.kwargs = kwargs
         self.index = index        # which flattened output of func
         self.nbytes = nbytes
-        self.cost_ns = cost_ns
+        self.cost = cost          # ns measured, or bytes (cost="bytes")
         self.aliases: List[weakref.ref] = []
         self.evicted = False
         self.frozen = False       # mutated in place: the lineage no longer describes it
@@ -98,7 +98,7 @@ class Registry(TorchDispatchMode):
         ptr = t.untyped_storage().data_ptr()
         if ptr:
             self.engine.set_evictable(ptr, node.handle if evictable and not node.frozen else 0,
-                                      node.cost_ns)
+                                      node.cost)
 
     # --- restoring ----------------------------------------------------------------------
     def _pin_inputs(self, tree: Any) -> List[_Node]:
@@ -161,7 +161,6 @@ class Registry(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         used = self._pin_inputs((args, kwargs))
-        inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         start = time.perf_counter_ns()
         try:
             out = func(*args, **kwargs)
@@ -171,20 +170,21 @@ class Registry(TorchDispatchMode):
                     n.frozen = True
             self._unpin(used)         # unpinned, and touched
         cost = float(time.perf_counter_ns() - start)
+        outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
         if self.cost_model == "bytes":   # deterministic: runs (and tests) repeat exactly
-            cost = float(sum(o.untyped_storage().nbytes() for o in pytree.tree_leaves(out)
-                             if isinstance(o, torch.Tensor)))
+            cost = float(sum(o.untyped_storage().nbytes() for o in outputs))
         if torch.is_grad_enabled() and torch.Tag.nondeterministic_seeded not in func.tags:
-            in_keys = {_storage_key(x): n for x, n in
-                       ((x, self.by_storage.get(_storage_key(x))) for x in inputs)}
+            # Storages this op read -> their node (None when unregistered).
+            read = {_storage_key(x): None for x in pytree.tree_leaves((args, kwargs))
+                    if isinstance(x, torch.Tensor)}
+            read = {key: self.by_storage.get(key) for key in read}
             for i, o in enumerate(pytree.tree_leaves(out)):
-                if not isinstance(o, torch.Tensor) or o.device.type != "cpu" and o.device.type != "cuda":
+                if not isinstance(o, torch.Tensor) or o.device.type not in ("cpu", "cuda"):
                     continue
                 key = _storage_key(o)
-                if key in in_keys:            # a view of an input: one more alias
-                    node = in_keys[key]
-                    if node is not None:
-                        self._alias(node, o, key)
+                if key in read:               # a view of an input: one more alias
+                    if read[key] is not None:
+                        self._alias(read[key], o, key)
                     continue
                 nbytes = o.untyped_storage().nbytes()
                 if nbytes < self.min_bytes or func._schema.is_mutable:

@@ -44,6 +44,22 @@ def stress_ops(request: pytest.FixtureRequest) -> int:
     return request.config.getoption("--stress-ops")
 
 
+# Appended to a training script run in a subprocess (which names its model `model`): a
+# digest of every parameter, so two runs can be compared bit for bit.
+PARAM_DIGEST = """
+import hashlib as _hashlib
+_h = _hashlib.sha256()
+for _p in model.parameters():
+    _h.update(_p.detach().cpu().numpy().tobytes())
+print("params", _h.hexdigest())
+"""
+
+
+def training_record(output: str) -> list:
+    """The lines of a training script's output that must match bit for bit."""
+    return [line for line in output.splitlines() if line.startswith(("loss", "params"))]
+
+
 def run_in_subprocess(code: str, timeout: float = 600, env: dict | None = None) -> str:
     """Runs ``code`` in a fresh Python; returns its stdout, failing the test on error."""
     full_env = dict(os.environ)

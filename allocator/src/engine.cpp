@@ -36,13 +36,9 @@ void Engine::after_op_locked() {
 
 void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (size > kMaxRequest || round_size(size) > budget_) {
-    ++pool_.stats().num_ooms;
-    trace_.record(TraceAction::kOom, 0, size > kMaxRequest ? size : round_size(size), size, stream);
-    *error = oom_report_locked(size, size > kMaxRequest ? size : round_size(size), stream);
-    return nullptr;
-  }
-  const std::size_t rounded = round_size(size);
+  // Above kMaxRequest rounding would overflow; such a request is reported as it is.
+  const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
+  if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
   // Each round takes its victims out of the evictable set, so rounds end when nothing is
   // left; the cap only guards against a registry that keeps re-marking the same blocks.
   constexpr int kMaxEvictRounds = 1 << 16;
@@ -87,6 +83,11 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     // them meanwhile. Termination does not depend on it either: each round's victims left
     // the evictable set, so the rounds end when it is empty.
   }
+  return fail_oom_locked(size, rounded, stream, error);
+}
+
+void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
+                              std::string* error) {
   ++pool_.stats().num_ooms;
   trace_.record(TraceAction::kOom, 0, rounded, size, stream);
   *error = oom_report_locked(size, rounded, stream);

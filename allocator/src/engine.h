@@ -97,6 +97,9 @@ class Engine {
   bool fence_streams_locked(StreamId stream);
   bool release_cached_locked();
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
+  // Counts, traces and reports an OOM; returns nullptr for malloc to return.
+  void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
+                        std::string* error);
 
   // --- events for record_stream ---
   struct PendingFree {

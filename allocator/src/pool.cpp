@@ -147,7 +147,6 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) c
     auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
     if (it == set.end() || it->stream != tag || !acceptable(it->block, rounded)) continue;
     if (!best || it->size < best->size) best = it->block;
-    if (tag == kAnyStream) break;
   }
   return best;
 }
