@@ -1,231 +1,712 @@
-"""The tensor registry: lineage of forward activations, eviction by the engine, recompute.
+"""The tensor registry: lineage of activations, eviction through the engine, recompute on use.
 
-A first vertical slice of issue 4 (not yet the full policy): inside ``recompute()``, every
-storage produced by a deterministic, out-of-place forward op (grad mode on) is recorded
-with the op and its inputs, and marked evictable in the engine with the op's measured
-cost. When an allocation does not fit, the engine picks victims (evictor.cpp) and calls
-:meth:`Registry.evict`, which frees their storages with ``untyped_storage().resize_(0)``;
-the tensor objects stay valid. Any op that later reads an evicted storage (forward, or a
-backward op reading a saved activation) first restores it: inputs restored recursively,
-the op replayed, the result copied into the same storage (a storage-level copy, so the
-version counter autograd checks does not move).
+How it fits together (docs/design.md, "Rematerialization"):
 
-Deliberately unevictable in this slice: outputs of random ops (no generator replay yet),
-storages any op mutates in place (no mutation-chain replay yet), backward outputs
-(gradients), and anything created outside the block. A storage whose every known alias
-has died is forgotten; if it was evicted at that moment it could no longer be restored,
-so eviction only picks storages with a live alias, and forgetting happens on death.
+* A :class:`Registry` is a dispatch mode. Every aten op of the forward pass that produces a
+  new storage from a tensor requiring grad is recorded: the op, its arguments (registered
+  storages by reference, anything else as is), the generator state if the op is random,
+  and a cost. The storage becomes a :class:`_Node`, marked evictable in the engine.
+* In-place ops extend the lineage: a storage's contents are a *chain*, its creation
+  followed by the mutations applied to it (dropout arrives as ``empty_like`` →
+  ``bernoulli_`` → ``div_``). Before a storage is mutated, every recorded op that read its
+  old contents is restored if evicted and then frozen: its lineage no longer holds.
+* When an allocation does not fit, the engine chooses victims (evictor.cpp: ``dtr``,
+  ``dte`` or ``window``) and calls :meth:`Registry.evict` outside its lock; the storage
+  is freed with ``untyped_storage().resize_(0)`` and every tensor and view of it stays
+  valid. Any op that reads an evicted storage (forward, or backward reading a saved
+  activation) restores it first: inputs restored recursively, the chain replayed, the
+  result copied in at storage level, which leaves autograd's version counters alone.
+* A storage that only the registry still holds (the program dropped every tensor of it
+  but recorded ops still name it as an input) is evicted at once: DTR's "eager eviction".
+  Found by the storage's reference count, in a sweep every few hundred ops and whenever
+  the engine asks for memory.
+* Never evicted: parameters, buffers, inputs and gradients (no recorded op produces them),
+  storages below ``min_bytes``, outputs of ops that are not deterministic (unless
+  ``torch.use_deterministic_algorithms(True)``), storages written by an op the lineage
+  cannot replay. A storage is pinned while an op or a replay uses it.
+
+Two ways in: ``pyalloc.install(policy="recompute")`` (for the whole process, on the thread
+that calls it) or ``with pyalloc.recompute():`` around the steps that need it.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import weakref
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from .engine import Engine
 
+log = logging.getLogger("pyalloc")
+aten = torch.ops.aten
 
-class _Node:
-    __slots__ = ("handle", "func", "args", "kwargs", "index", "nbytes", "cost", "aliases",
-                 "evicted", "frozen", "__weakref__")
+_storage_use_count = torch._C._storage_Use_Count
 
-    def __init__(self, handle: int, func: Any, args: Any, kwargs: Any, index: int,
-                 nbytes: int, cost: float) -> None:
-        self.handle = handle
-        self.func = func
-        self.args = args          # inputs held strongly: needed to recompute this storage
-        self.kwargs = kwargs
-        self.index = index        # which flattened output of func
-        self.nbytes = nbytes
-        self.cost = cost          # ns measured, or bytes (cost="bytes")
-        self.aliases: List[weakref.ref] = []
-        self.evicted = False
-        self.frozen = False       # mutated in place: the lineage no longer describes it
+# Ops whose schema does not say that they write some arguments (PyTorch's batch norms
+# update the running statistics in place). Replaying them must not write those again.
+_UNDECLARED_WRITES: Dict[Any, Tuple[int, ...]] = {}
+for _name in ("native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm",
+              "miopen_batch_norm"):
+    _packet = getattr(aten, _name, None)
+    if _packet is not None and hasattr(_packet, "default"):
+        _UNDECLARED_WRITES[_packet.default] = (3, 4)
 
-    def tensor(self) -> Optional[torch.Tensor]:
-        for ref in self.aliases:
-            t = ref()
-            if t is not None:
-                return t
-        return None
+# A chain longer than this is frozen: the replay would cost more than it saves.
+_MAX_CHAIN = 8
+# Arithmetic intensity used to weigh FLOPs against bytes in the "model" cost.
+_FLOPS_PER_BYTE = 64.0
 
 
-def _storage_key(t: torch.Tensor) -> int:
+def _key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-class Registry(TorchDispatchMode):
-    """Records lineage and serves the engine's eviction requests; see the module doc."""
+class _Ref:
+    """An argument that was a registered storage: rebuilt from the node at replay."""
 
-    def __init__(self, engine: Engine, min_bytes: int = 1 << 16, cost: str = "time") -> None:
+    __slots__ = ("node", "version", "offset", "size", "stride", "dtype")
+
+    def __init__(self, node: "_Node", t: torch.Tensor) -> None:
+        self.node = node
+        self.version = node.version
+        self.offset = t.storage_offset()
+        self.size = tuple(t.shape)
+        self.stride = t.stride()
+        self.dtype = t.dtype
+
+    def tensor(self) -> torch.Tensor:
+        out = torch.empty(0, dtype=self.dtype, device=self.node.device)
+        return out.set_(self.node.storage, self.offset, self.size, self.stride)
+
+
+class _Step:
+    """One op of a storage's chain: ``func(*args, **kwargs)``, with RNG state if random."""
+
+    __slots__ = ("func", "args", "kwargs", "index", "rng", "generator", "cost")
+
+    def __init__(self, func: Any, args: Any, kwargs: Any, index: int, rng: Any,
+                 generator: Any, cost: float) -> None:
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.index = index          # creation steps: which flattened output is the storage
+        self.rng = rng              # generator state before the op, for random ops
+        self.generator = generator
+        self.cost = cost
+
+
+class _Node:
+    """A registered storage: its lineage, whether it is resident, and its pins."""
+
+    __slots__ = ("handle", "storage", "key", "nbytes", "device", "steps", "cost", "version",
+                 "readers", "aliases", "evicted", "frozen", "pins", "marked", "__weakref__")
+
+    def __init__(self, handle: int, t: torch.Tensor, steps: List[_Step], cost: float) -> None:
+        self.handle = handle
+        self.storage = t.untyped_storage()   # the registry's one reference to it
+        self.key = self.storage._cdata
+        self.nbytes = self.storage.nbytes()
+        self.device = t.device
+        self.steps: Optional[List[_Step]] = steps   # None once frozen
+        self.cost = cost
+        self.version = 0            # mutations seen
+        self.readers: List[weakref.ref] = []   # nodes recorded from the current contents
+        self.aliases: List[weakref.ref] = []   # tensors seen on it; their deaths are news
+        self.evicted = False
+        self.frozen = False         # lineage invalid: never evicted again
+        self.pins = 0               # ops and replays using it now
+        self.marked = False         # evictable in the engine right now
+
+
+def _flops(func: Any, args: Any, outputs: List[torch.Tensor]) -> float:
+    """Multiply-adds of the compute-bound ops (x2), from shapes; 0 for the rest."""
+    packet = getattr(func, "overloadpacket", None)
+    if not outputs:
+        return 0.0
+    out = outputs[0]
+    if packet in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
+        a = args[-2] if packet in (aten.addmm, aten.baddbmm) else args[0]
+        return 2.0 * out.numel() * a.shape[-1]
+    if packet in (aten.convolution, aten._convolution, aten.cudnn_convolution):
+        w = args[1]
+        return 2.0 * out.numel() * (w.numel() // max(1, w.shape[0]))
+    return 0.0
+
+
+class Registry(TorchDispatchMode):
+    """Records lineage and serves the engine's eviction requests; see the module doc.
+
+    Parameters
+    ----------
+    engine : Engine
+        The engine that allocates the tensors (the installed one for the device).
+    min_bytes : int
+        Storages smaller than this are never evicted (DTR and MegEngine ignore small
+        tensors too: they free little and cost a search and a replay each).
+    cost : {"model", "time", "bytes"}
+        The cost of bringing a storage back: ``"model"`` (default) estimates it from the
+        op's bytes and FLOPs, deterministic and meaningful on an asynchronous GPU;
+        ``"time"`` measures the op on the host clock (meaningful only where ops are
+        synchronous, the simulated device); ``"bytes"`` is the output's size.
+    """
+
+    def __init__(self, engine: Engine, min_bytes: int = 1 << 16, cost: str = "model") -> None:
         super().__init__()
-        if cost not in ("time", "bytes"):
-            raise ValueError(f'cost must be "time" (measured) or "bytes" (deterministic), not {cost!r}')
+        if cost not in ("model", "time", "bytes"):
+            raise ValueError(f'cost must be "model", "time" or "bytes", not {cost!r}')
+        if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
+            raise ValueError(f"min_bytes must be a non-negative int, got {min_bytes!r}")
         self.engine = engine
         self.min_bytes = min_bytes
         self.cost_model = cost
-        self.nodes: Dict[int, _Node] = {}        # handle -> node
-        self.by_storage: Dict[int, _Node] = {}   # StorageImpl address -> node
-        self._next = 1
-        self.evictions = 0
+        self.nodes: Dict[int, _Node] = {}      # handle -> node, in creation order
+        self.by_key: Dict[int, _Node] = {}     # StorageImpl address -> node
+        # Storages that are not nodes but were read by recorded ops: the readers to
+        # invalidate when one of them is written (parameters, by the optimizer).
+        self.leaf_readers: Dict[int, List[weakref.ref]] = {}
+        self._next_handle = 1
+        self._ops = 0
+        self._next_sweep = 256
+        self._write_args: Dict[Any, Tuple[Tuple[int, str], ...]] = {}
+        self._device_type = "cuda" if _installed_device() == "cuda" else "cpu"
+        self._evict_sweep_at = -1
+        self._dying: List[int] = []    # handles whose tensors died since the last op
+        # Counters (stats()).
+        self.evictions = 0          # by the engine's request
+        self.eager_evictions = 0    # storages only the registry still held
         self.recomputes = 0
+        self.recompute_ns = 0
+        self.frozen = 0
 
-    # --- engine side ------------------------------------------------------------------
+    # --- statistics -----------------------------------------------------------------------
+    def stats(self) -> Dict[str, int]:
+        resident = sum(1 for n in self.nodes.values() if not n.evicted)
+        return {
+            "evictions": self.evictions,
+            "eager_evictions": self.eager_evictions,
+            "recomputes": self.recomputes,
+            "recompute_ns": self.recompute_ns,
+            "frozen": self.frozen,
+            "nodes": len(self.nodes),
+            "resident_nodes": resident,
+            "evicted_bytes": sum(n.nbytes for n in self.nodes.values() if n.evicted),
+        }
+
+    # --- the engine's side ----------------------------------------------------------------
     def evict(self, handles: List[int]) -> int:
+        """Frees the storages behind ``handles`` (the engine's choice); returns how many."""
         done = 0
         for h in handles:
             node = self.nodes.get(h)
-            if node is None or node.evicted or node.frozen:
+            if node is None:
                 continue
-            t = node.tensor()
-            if t is None or t.untyped_storage().nbytes() == 0:
-                continue
-            t.untyped_storage().resize_(0)   # frees through the engine; views stay valid
-            node.evicted = True
-            done += 1
+            if self._evict(node):
+                done += 1
+            else:
+                node.marked = False   # the engine dropped it from its set; offered again later
         self.evictions += done
+        if self._evict_sweep_at != self._ops:   # memory is short: unused storages go too
+            self._evict_sweep_at = self._ops
+            self._sweep(drop=False)
         return done
 
-    def _mark(self, node: _Node, evictable: bool) -> None:
-        t = node.tensor()
-        if t is None or node.evicted:
+    def _evict(self, node: _Node) -> bool:
+        if node.evicted or node.frozen or node.pins or node.steps is None:
+            return False
+        try:
+            node.storage.resize_(0)   # frees through the engine; tensors and views stay valid
+        except RuntimeError:          # not resizable (e.g. external memory): keep it
+            self._freeze(node)
+            return False
+        node.evicted = True
+        node.marked = False
+        return True
+
+    def _mark(self, node: _Node) -> None:
+        """Offers ``node`` to the engine as evictable if it can be (also a 'use')."""
+        if node.pins or node.evicted or node.frozen or node.steps is None:
             return
-        ptr = t.untyped_storage().data_ptr()
+        ptr = node.storage.data_ptr()
         if ptr:
-            self.engine.set_evictable(ptr, node.handle if evictable and not node.frozen else 0,
-                                      node.cost)
+            self.engine.set_evictable(ptr, node.handle, node.cost)
+            node.marked = True
 
-    # --- restoring ----------------------------------------------------------------------
-    def _pin_inputs(self, tree: Any) -> List[_Node]:
-        """Pins every registered storage ``tree`` reads (restoring evicted ones), so that
-        nothing this op or replay needs can be evicted by the allocations it makes."""
+    def _unmark(self, node: _Node) -> None:
+        if node.marked:
+            node.marked = False
+            ptr = node.storage.data_ptr()
+            if ptr:
+                self.engine.set_evictable(ptr, 0, 0.0)
+
+    def _pin(self, node: _Node) -> None:
+        node.pins += 1
+        if node.pins == 1:
+            self._unmark(node)
+
+    def _unpin(self, node: _Node) -> None:
+        node.pins -= 1
+        if node.pins == 0:
+            self._mark(node)
+
+    def _freeze(self, node: _Node) -> None:
+        if not node.frozen:
+            self._unmark(node)
+            node.frozen = True
+            node.steps = None   # releases its inputs
+            self.frozen += 1
+
+    # --- restoring ------------------------------------------------------------------------
+    def _pin_all(self, nodes: List[_Node]) -> None:
+        """Pins ``nodes`` with every one of them resident, so nothing the caller needs is
+        evicted while it runs.
+
+        Evicted ones are restored *before* the resident ones are pinned: pinning first
+        would hold every resident input along a recursive recompute (each level's dropout
+        mask, say) at once, which is exactly the memory that is short. A restore may evict
+        a node restored just before, so this repeats; after a few rounds it pins first.
+        """
+        for _ in range(3):
+            for node in nodes:
+                if node.evicted:
+                    self._pin(node)
+                    try:
+                        self._restore(node)
+                    finally:
+                        self._unpin(node)
+            if not any(node.evicted for node in nodes):
+                for node in nodes:
+                    self._pin(node)
+                return
+        pinned: List[_Node] = []
+        try:
+            for node in nodes:
+                if not node.evicted:
+                    self._pin(node)
+                    pinned.append(node)
+            for node in nodes:
+                if node.evicted:
+                    self._pin(node)
+                    pinned.append(node)
+                    self._restore(node)
+        except BaseException:
+            self._unpin_all(pinned)
+            raise
+
+    def _unpin_all(self, nodes: List[_Node]) -> None:
+        for node in nodes:
+            self._unpin(node)
+
+    def _materialize(self, tree: Any, target: Optional[_Node], clones: Tuple[int, ...] = ()
+                     ) -> Tuple[Any, List[_Node]]:
+        """``tree`` with every :class:`_Ref` rebuilt as a tensor on its (restored) storage;
+        returns the pinned nodes. ``target`` is the storage a mutation step writes."""
+        refs = [x for x in pytree.tree_leaves(tree) if isinstance(x, _Ref)]
         nodes: List[_Node] = []
-        seen = set()
-        for leaf in pytree.tree_leaves(tree):
-            if isinstance(leaf, torch.Tensor):
-                node = self.by_storage.get(_storage_key(leaf))
-                if node is not None and id(node) not in seen:
-                    seen.add(id(node))
-                    nodes.append(node)
-        for node in nodes:            # resident ones first, before any restore allocates
-            if not node.evicted:
-                self._mark(node, False)
-        for node in nodes:
-            if node.evicted:
-                self._restore(node)   # leaves it pinned
-        return nodes
+        for ref in refs:
+            if ref.node is not target:
+                if ref.node.version != ref.version:   # _invalidate_readers prevents this
+                    raise RuntimeError(
+                        f"pyalloc: cannot recompute a tensor: its input was modified in place "
+                        f"after it was recorded (version {ref.node.version}, recorded "
+                        f"{ref.version}). This is a registry bug; please report it.")
+                if ref.node not in nodes:
+                    nodes.append(ref.node)
+        self._pin_all(nodes)
+        tree = pytree.tree_map_only(_Ref, _Ref.tensor, tree)
+        return tree, nodes
 
-    def _unpin(self, nodes: List[_Node]) -> None:
-        for node in nodes:
-            self._mark(node, True)
+    def _run_step(self, step: _Step, target: Optional[_Node]) -> Any:
+        args, kwargs = step.args, step.kwargs
+        (args, kwargs), pinned = self._materialize((args, kwargs), target)
+        try:
+            clones = _UNDECLARED_WRITES.get(step.func)
+            if clones:   # do not update running statistics a second time
+                args = list(args)
+                for i in clones:
+                    if i < len(args) and isinstance(args[i], torch.Tensor):
+                        args[i] = args[i].clone()
+            if step.rng is None:
+                return step.func(*args, **kwargs)
+            saved = step.generator.get_state()
+            step.generator.set_state(step.rng)
+            try:
+                return step.func(*args, **kwargs)
+            finally:
+                step.generator.set_state(saved)
+        finally:
+            self._unpin_all(pinned)
 
     def _restore(self, node: _Node) -> None:
-        t = node.tensor()
-        if t is None:
-            raise RuntimeError("pyalloc: an evicted storage lost every alias; it cannot be "
-                               "restored (this is a registry bug)")
-        pinned = self._pin_inputs((node.args, node.kwargs))
-        try:
-            out = node.func(*node.args, **node.kwargs)
-        finally:
-            self._unpin(pinned)
-        fresh = pytree.tree_leaves(out)[node.index]
-        if fresh.untyped_storage().nbytes() != node.nbytes:
-            raise RuntimeError(f"pyalloc: recomputing {node.func} gave "
-                               f"{fresh.untyped_storage().nbytes()} bytes, expected {node.nbytes}")
-        storage = t.untyped_storage()
-        storage.resize_(node.nbytes)
-        storage.copy_(fresh.untyped_storage())
-        node.evicted = False
-        self.recomputes += 1
-        self._mark(node, False)       # pinned for the caller, who unpins it
-
-    # --- recording ------------------------------------------------------------------------
-    def _forget(self, handle: int, key: int) -> None:
-        node = self.nodes.get(handle)
-        if node is None or any(ref() is not None for ref in node.aliases):
-            return
-        del self.nodes[handle]
-        if self.by_storage.get(key) is node:
-            del self.by_storage[key]
-
-    def _alias(self, node: _Node, t: torch.Tensor, key: int) -> None:
-        handle = node.handle
-        node.aliases.append(weakref.ref(t, lambda _r: self._forget(handle, key)))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        used = self._pin_inputs((args, kwargs))
+        """Brings an evicted storage back by replaying its chain (the caller pinned it)."""
+        if node.steps is None:
+            raise RuntimeError("pyalloc: an evicted tensor has no lineage left to recompute it "
+                               "from. This is a registry bug; please report it.")
         start = time.perf_counter_ns()
+        first = node.steps[0]
+        out = self._run_step(first, None)
+        fresh = pytree.tree_leaves(out)[first.index]
+        if fresh.untyped_storage().nbytes() != node.nbytes:
+            raise RuntimeError(f"pyalloc: recomputing {first.func} gave "
+                               f"{fresh.untyped_storage().nbytes()} bytes, expected {node.nbytes}")
         try:
-            out = func(*args, **kwargs)
-        finally:
-            if func._schema.is_mutable:
-                for n in used:        # it may have been written in place: lineage is stale
-                    n.frozen = True
-            self._unpin(used)         # unpinned, and touched
-        cost = float(time.perf_counter_ns() - start)
-        outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
-        if self.cost_model == "bytes":   # deterministic: runs (and tests) repeat exactly
-            cost = float(sum(o.untyped_storage().nbytes() for o in outputs))
-        if torch.is_grad_enabled() and torch.Tag.nondeterministic_seeded not in func.tags:
-            # Storages this op read -> their node (None when unregistered).
-            read = {_storage_key(x): None for x in pytree.tree_leaves((args, kwargs))
-                    if isinstance(x, torch.Tensor)}
-            read = {key: self.by_storage.get(key) for key in read}
-            for i, o in enumerate(pytree.tree_leaves(out)):
-                if not isinstance(o, torch.Tensor) or o.device.type not in ("cpu", "cuda"):
-                    continue
-                key = _storage_key(o)
-                if key in read:               # a view of an input: one more alias
-                    if read[key] is not None:
-                        self._alias(read[key], o, key)
-                    continue
-                nbytes = o.untyped_storage().nbytes()
-                if nbytes < self.min_bytes or func._schema.is_mutable:
-                    continue
-                node = _Node(self._next, func, args, kwargs, i, nbytes, cost)
-                self._next += 1
-                self.nodes[node.handle] = node
-                self.by_storage[key] = node
-                self._alias(node, o, key)
-                self._mark(node, True)
+            node.storage.resize_(node.nbytes)
+            node.storage.copy_(fresh.untyped_storage())   # storage level: no version bump
+            del out, fresh
+            node.evicted = False
+            for step in node.steps[1:]:   # the in-place part of the chain, on the storage itself
+                self._run_step(step, node)
+        except BaseException:
+            node.storage.resize_(0)   # half restored is not restored
+            node.evicted = True
+            raise
+        self.recomputes += 1
+        self.recompute_ns += time.perf_counter_ns() - start
+
+    def ensure(self, t: torch.Tensor) -> torch.Tensor:
+        """Makes ``t``'s storage resident (restoring it if evicted); returns ``t``."""
+        node = self.by_key.get(_key(t))
+        if node is not None and node.evicted:
+            with _disable_current_modes():
+                self._pin(node)
+                try:
+                    self._restore(node)
+                finally:
+                    self._unpin(node)
+        return t
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    def _sweep(self, drop: bool = True) -> None:
+        """Evicts storages only the registry still holds; with ``drop``, forgets those no
+        recorded op needs any more (freeing them if resident)."""
+        for node in reversed(list(self.nodes.values())):   # readers before their inputs
+            if _storage_use_count(node.key) > 1:
+                continue                  # the program (or autograd) still holds it
+            live_readers = any(r() is not None for r in node.readers)
+            if not live_readers and drop:
+                self._forget(node)
+            elif not node.evicted and self._evict(node):
+                self.eager_evictions += 1
+        if drop:
+            for key in [k for k, rs in self.leaf_readers.items()
+                        if not any(r() is not None for r in rs)]:
+                del self.leaf_readers[key]
+            self._next_sweep = self._ops + max(256, 2 * len(self.nodes))
+
+    def _watch(self, node: _Node, t: torch.Tensor) -> None:
+        """Learn when ``t`` dies: it may have been the last tensor on ``node``'s storage."""
+        dying, handle = self._dying, node.handle
+        node.aliases = [r for r in node.aliases if r() is not None]
+        node.aliases.append(weakref.ref(t, lambda _r: dying.append(handle)))
+
+    def _bury(self) -> None:
+        """A tensor died: storages nobody else holds are evicted (recorded ops still read
+        them) or forgotten (nothing does)."""
+        handles, self._dying[:] = list(self._dying), []
+        for h in handles:
+            node = self.nodes.get(h)
+            if node is None or node.pins or _storage_use_count(node.key) > 1:
+                continue
+            if not any(r() is not None for r in node.readers):
+                self._forget(node)
+            elif not node.evicted and self._evict(node):
+                self.eager_evictions += 1
+
+    def _forget(self, node: _Node) -> None:
+        self._unmark(node)
+        del self.nodes[node.handle]
+        if self.by_key.get(node.key) is node:
+            del self.by_key[node.key]
+        node.steps = None
+
+    def _invalidate_readers(self, key: int) -> None:
+        """The storage ``key`` is about to be written: whatever was recorded from its
+        current contents is restored now (while it still can be) and frozen."""
+        node = self.by_key.get(key)
+        readers = node.readers if node is not None else self.leaf_readers.pop(key, None)
+        if not readers:
+            return
+        for ref in readers:
+            reader = ref()
+            if reader is None or reader.frozen or self.nodes.get(reader.handle) is not reader:
+                continue
+            if reader.evicted:
+                self._pin(reader)
+                try:
+                    self._restore(reader)
+                finally:
+                    self._unpin(reader)
+            self._freeze(reader)
+        if node is not None:
+            node.readers = []
+
+    def _written(self, func: Any, args: Any, kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+        spec = self._write_args.get(func)
+        if spec is None:
+            spec = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                         if a.alias_info is not None and a.alias_info.is_write)
+            spec += tuple((i, "") for i in _UNDECLARED_WRITES.get(func, ()))
+            self._write_args[func] = spec
+        out: List[torch.Tensor] = []
+        for i, name in spec:
+            value = args[i] if i < len(args) else kwargs.get(name)
+            for leaf in pytree.tree_leaves(value):
+                if isinstance(leaf, torch.Tensor):
+                    out.append(leaf)
         return out
 
+    def _generator(self, kwargs: Dict[str, Any], tensors: List[torch.Tensor]) -> Any:
+        gen = kwargs.get("generator")
+        if gen is not None:
+            return gen
+        device = tensors[0].device if tensors else torch.device(
+            kwargs.get("device") or "cpu")
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            return torch.cuda.default_generators[index]
+        return torch.default_generator
 
-@contextlib.contextmanager
-def recompute(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
-              cost: str = "time") -> Iterator[Registry]:
-    """Within the block, forward activations may be evicted and recomputed on demand.
+    def _cost(self, func: Any, args: Any, tensors: List[torch.Tensor],
+              outputs: List[torch.Tensor], elapsed_ns: int) -> float:
+        if self.cost_model == "time":
+            return float(max(elapsed_ns, 1))
+        out_bytes = sum(o.untyped_storage().nbytes() for o in outputs)
+        if self.cost_model == "bytes":
+            return float(max(out_bytes, 1))
+        in_bytes = sum(t.numel() * t.element_size() for t in tensors)
+        return float(max(in_bytes + out_bytes, 1)) + _flops(func, args, outputs) / _FLOPS_PER_BYTE
 
-    Run the forward *and* ``backward()`` inside it. ``engine``: the installed engine of the
-    current device by default.
-    """
+    # --- the dispatch mode ------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self._ops += 1
+        if self._dying:
+            self._bury()
+        if self._ops >= self._next_sweep:
+            self._sweep()
+        tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        keys = [_key(t) for t in tensors]
+        used: List[_Node] = []
+        for k in keys:
+            node = self.by_key.get(k)
+            if node is not None and node not in used:
+                used.append(node)
+        self._pin_all(used)          # restores what this op reads
+        try:
+            written = self._written(func, args, kwargs)
+            for t in written:
+                self._invalidate_readers(_key(t))
+            replayable = (torch.Tag.nondeterministic_bitwise not in func.tags
+                          or torch.are_deterministic_algorithms_enabled())
+            creates = (not written and replayable and torch.is_grad_enabled()
+                       and any(t.requires_grad for t in tensors))
+            generator = rng = None
+            if (torch.Tag.nondeterministic_seeded in func.tags
+                    and (creates or any(_key(t) in self.by_key for t in written))):
+                generator = self._generator(kwargs, tensors)
+                rng = generator.get_state()   # replayed bit for bit from here
+            start = time.perf_counter_ns()
+            out = func(*args, **kwargs)
+            elapsed = time.perf_counter_ns() - start
+        finally:
+            self._unpin_all(used)
+        if used:
+            for o in pytree.tree_leaves(out):   # views and aliases of registered storages
+                if isinstance(o, torch.Tensor):
+                    node = self.by_key.get(_key(o))
+                    if node is not None:
+                        self._watch(node, o)
+        if written:
+            self._record_mutation(func, args, kwargs, written, rng, generator,
+                                  replayable, elapsed, tensors)
+        elif creates:
+            self._record_creation(func, args, kwargs, out, set(keys), rng, generator,
+                                  elapsed, tensors)
+        return out
+
+    def _lineage_args(self, args: Any, kwargs: Any) -> Tuple[Any, Any, List[_Node], List[int]]:
+        """``args``/``kwargs`` with registered storages replaced by references; also the
+        nodes and the other storages they read (to record the new node as their reader)."""
+        nodes: List[_Node] = []
+        leaves: List[int] = []
+
+        def convert(t: torch.Tensor) -> Any:
+            k = _key(t)
+            node = self.by_key.get(k)
+            if node is None:
+                leaves.append(k)
+                return t
+            nodes.append(node)
+            return _Ref(node, t)
+
+        args, kwargs = pytree.tree_map_only(torch.Tensor, convert, (args, kwargs))
+        return args, kwargs, nodes, leaves
+
+    def _add_reader(self, reader: _Node, nodes: List[_Node], leaves: List[int]) -> None:
+        ref = weakref.ref(reader)
+        for node in nodes:
+            if node is not reader:
+                node.readers.append(ref)
+        for k in leaves:
+            self.leaf_readers.setdefault(k, []).append(ref)
+
+    def _record_creation(self, func, args, kwargs, out, read_keys, rng, generator,
+                         elapsed, tensors) -> None:
+        flat = pytree.tree_leaves(out)
+        fresh = []
+        for i, o in enumerate(flat):
+            if not isinstance(o, torch.Tensor) or o.device.type != self._device_type:
+                continue
+            k = _key(o)
+            if k in read_keys or k in self.by_key:
+                continue   # a view of an input (watched already), or a known storage
+            if o.untyped_storage().nbytes() < self.min_bytes:
+                continue
+            fresh.append((i, o))
+        if not fresh:
+            return
+        outputs = [o for o in flat if isinstance(o, torch.Tensor)]
+        cost = self._cost(func, args, tensors, outputs, elapsed)
+        largs, lkwargs, nodes, leaves = self._lineage_args(args, kwargs)
+        for i, o in fresh:
+            step = _Step(func, largs, lkwargs, i, rng, generator, cost)
+            node = _Node(self._next_handle, o, [step], cost)
+            self._next_handle += 1
+            self.nodes[node.handle] = node
+            self.by_key[node.key] = node
+            self._add_reader(node, nodes, leaves)
+            self._watch(node, o)
+            self._mark(node)
+
+    def _record_mutation(self, func, args, kwargs, written, rng, generator,
+                         replayable, elapsed, tensors) -> None:
+        targets = []
+        for t in written:
+            node = self.by_key.get(_key(t))
+            if node is not None and node not in targets:
+                targets.append(node)
+        if not targets:
+            return
+        target = targets[0]
+        if (len(targets) > 1 or not replayable or target.frozen or target.steps is None
+                or len(target.steps) >= _MAX_CHAIN or func in _UNDECLARED_WRITES):
+            for node in targets:
+                node.version += 1
+                self._freeze(node)
+            return
+        cost = self._cost(func, args, tensors, [], elapsed)
+        largs, lkwargs, nodes, leaves = self._lineage_args(args, kwargs)
+        target.steps.append(_Step(func, largs, lkwargs, 0, rng, generator, cost))
+        target.version += 1
+        target.cost += cost
+        self._add_reader(target, nodes, leaves)
+        self._unmark(target)
+        self._mark(target)   # new cost
+
+    # --- saved-tensor hooks: backward's access to saved activations --------------------------
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        # A detached alias: returning ``t`` itself would make an output and its grad_fn a
+        # reference cycle that the garbage collector cannot see.
+        return t.detach()
+
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        return self.ensure(t)
+
+    # --- leaving --------------------------------------------------------------------------------
+    def restore_all(self) -> None:
+        """Restores every evicted storage the program still holds (oldest first, so each
+        chain is rebuilt front to back) and forgets the rest."""
+        with _disable_current_modes():
+            for node in list(self.nodes.values()):
+                if node.evicted and _storage_use_count(node.key) > 1:
+                    self._pin(node)
+                    try:
+                        self._restore(node)
+                    finally:
+                        self._unpin(node)
+
+
+def _installed_device() -> Optional[str]:
+    from .install import installed_device
+
+    return installed_device()
+
+
+_active: Optional[Registry] = None   # the process-wide registry of install(policy="recompute")
+
+
+def active() -> Optional[Registry]:
+    """The registry of ``install(policy="recompute")``, or None."""
+    return _active
+
+
+def _start(engine: Engine, min_bytes: int, cost: str) -> Registry:
+    registry = Registry(engine, min_bytes, cost)
+    engine.set_evict_callback(registry.evict)
+    registry.__enter__()
+    registry._hooks = torch.autograd.graph.saved_tensors_hooks(registry.pack, registry.unpack)
+    registry._hooks.__enter__()
+    return registry
+
+
+def _stop(registry: Registry) -> None:
+    try:
+        registry.restore_all()
+    finally:
+        registry.engine.set_evict_callback(None)
+        registry._hooks.__exit__(None, None, None)
+        registry.__exit__(None, None, None)
+        for node in list(registry.nodes.values()):
+            registry._forget(node)
+
+
+def enable(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
+           cost: str = "model") -> Registry:
+    """Turns rematerialization on for the calling thread until :func:`disable`
+    (``install(policy="recompute")`` calls this)."""
+    global _active
+    if _active is not None:
+        raise RuntimeError("pyalloc: rematerialization is already on (install(policy="
+                           "\"recompute\") or pyalloc.registry.enable() was called before)")
     if engine is None:
         from . import _engine
 
         engine = _engine(None)
-    registry = Registry(engine, min_bytes, cost)
-    engine.set_evict_callback(registry.evict)
+    _active = _start(engine, min_bytes, cost)
+    return _active
+
+
+def disable() -> None:
+    """Turns process-wide rematerialization off, restoring every evicted tensor still held."""
+    global _active
+    if _active is not None:
+        registry, _active = _active, None
+        _stop(registry)
+
+
+@contextlib.contextmanager
+def recompute(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
+              cost: str = "model") -> Iterator[Registry]:
+    """Within the block, activations may be evicted and recomputed on demand.
+
+    Run the forward *and* ``backward()`` inside it; on leaving, every evicted tensor the
+    program still holds is restored. ``engine``: the installed engine of the current
+    device by default. Inside ``install(policy="recompute")`` it is a no-op that yields
+    the process-wide registry.
+    """
+    if _active is not None:
+        yield _active
+        return
+    if engine is None:
+        from . import _engine
+
+        engine = _engine(None)
+    registry = _start(engine, min_bytes, cost)
     try:
-        with registry:
-            yield registry
+        yield registry
     finally:
-        # Leave no reachable tensor without its data, restoring in creation order so each
-        # chain is recomputed front to back (an ancestor, once used, may be evicted again)
-        # rather than all at once. Eviction stays on until the last restore is done.
-        try:
-            for handle in sorted(registry.nodes):
-                node = registry.nodes.get(handle)
-                if node is not None and node.evicted and node.tensor() is not None:
-                    registry._restore(node)
-                    registry._mark(node, True)
-        finally:
-            engine.set_evict_callback(None)
-            for node in list(registry.nodes.values()):
-                registry._mark(node, False)
+        _stop(registry)
