@@ -18,6 +18,7 @@ from .engine import Engine
 from .errors import OutOfMemoryError, PyallocError
 from .install import install, installed_device, is_installed
 from .options import options_table
+from .registry import recompute
 from .trace import record_trace, save_snapshot
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "library_path",
     "memory_stats",
     "options_table",
+    "recompute",
     "record_trace",
     "save_snapshot",
     "reset_peak_memory_stats",
@@ -65,7 +67,13 @@ def memory_stats(device: Optional[int] = None) -> Dict[str, Any]:
     ``num_alloc_retries``, ...) it has ``utilization``, ``external_fragmentation``,
     ``largest_free_block`` and ``budget_bytes``. Every key is defined in docs/stats.md.
     """
-    return _engine(device).stats()
+    stats = _engine(device).stats()
+    from . import registry
+
+    if registry.active() is not None:   # install(policy="recompute")
+        for key, value in registry.active().stats().items():
+            stats["remat." + key] = value
+    return stats
 
 
 def snapshot(device: Optional[int] = None) -> Dict[str, Any]:

@@ -20,7 +20,7 @@ import torch
 
 from . import _lib, _torch_shim
 from .errors import PyallocError
-from .options import Budget, build_options
+from .options import Budget, build_options, effective
 
 log = logging.getLogger("pyalloc")
 
@@ -87,6 +87,10 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         pluggable allocator PyTorch's own raise). See :mod:`pyalloc.torch_compat`.
     **options
         Any option listed by :func:`pyalloc.options_table`, overriding ``PYALLOC_CONF``.
+        ``policy="recompute"`` turns on rematerialization for the thread that calls
+        ``install()`` (activations are evicted when memory is short and recomputed on
+        use; see :mod:`pyalloc.registry`), tuned by ``evict_strategy``,
+        ``evict_threshold``, ``min_evictable`` and ``remat_cost``.
 
     Returns
     -------
@@ -117,6 +121,11 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     else:
         _install_cpu(text)
     _installed_device = resolved
+    chosen = effective(text)
+    if chosen["policy"] == "recompute":
+        from . import registry
+
+        registry.enable(min_bytes=int(chosen["min_evictable"]), cost=chosen["remat_cost"])
     stats_file = stats_file or os.environ.get("PYALLOC_STATS_FILE")
     if stats_file:
         from .publish import StatsPublisher

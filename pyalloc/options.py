@@ -94,3 +94,11 @@ def build_options(budget: Budget = None, overrides: Mapping[str, Any] = (),
         raise ValueError(_lib.last_error())
     _lib.take_string(normalized)  # validation only; the engine parses `text` itself
     return text
+
+
+def effective(text: str) -> Dict[str, str]:
+    """Every option's value for the option string ``text`` (defaults filled in)."""
+    normalized = _lib.lib().pyalloc_options_normalize(text.encode())
+    if not normalized:
+        raise ValueError(_lib.last_error())
+    return parse_conf(_lib.take_string(normalized))

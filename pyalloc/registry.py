@@ -84,6 +84,11 @@ class _Ref:
         return out.set_(self.node.storage, self.offset, self.size, self.stride)
 
 
+def _refers_to(value: Any, node: Optional[_Node]) -> bool:
+    return node is not None and any(isinstance(x, _Ref) and x.node is node
+                                    for x in pytree.tree_leaves(value))
+
+
 class _Step:
     """One op of a storage's chain: ``func(*args, **kwargs)``, with RNG state if random."""
 
@@ -155,7 +160,7 @@ class Registry(TorchDispatchMode):
         synchronous, the simulated device); ``"bytes"`` is the output's size.
     """
 
-    def __init__(self, engine: Engine, min_bytes: int = 1 << 16, cost: str = "model") -> None:
+    def __init__(self, engine: Engine, min_bytes: int = 64 << 10, cost: str = "model") -> None:
         super().__init__()
         if cost not in ("model", "time", "bytes"):
             raise ValueError(f'cost must be "model", "time" or "bytes", not {cost!r}')
@@ -322,14 +327,18 @@ class Registry(TorchDispatchMode):
 
     def _run_step(self, step: _Step, target: Optional[_Node]) -> Any:
         args, kwargs = step.args, step.kwargs
+        written = [(i, name) for i, name in self._write_spec(step.func)
+                   if not _refers_to(args[i] if i < len(args) else kwargs.get(name), target)]
         (args, kwargs), pinned = self._materialize((args, kwargs), target)
         try:
-            clones = _UNDECLARED_WRITES.get(step.func)
-            if clones:   # do not update running statistics a second time
-                args = list(args)
-                for i in clones:
-                    if i < len(args) and isinstance(args[i], torch.Tensor):
-                        args[i] = args[i].clone()
+            if written:   # write only the storage being rebuilt, never (say) running stats
+                args, kwargs = list(args), dict(kwargs)
+                for i, name in written:
+                    if i < len(args):
+                        args[i] = pytree.tree_map_only(torch.Tensor, torch.clone, args[i])
+                    elif name in kwargs:
+                        kwargs[name] = pytree.tree_map_only(torch.Tensor, torch.clone,
+                                                            kwargs[name])
             if step.rng is None:
                 return step.func(*args, **kwargs)
             saved = step.generator.get_state()
@@ -386,8 +395,7 @@ class Registry(TorchDispatchMode):
         for node in reversed(list(self.nodes.values())):   # readers before their inputs
             if _storage_use_count(node.key) > 1:
                 continue                  # the program (or autograd) still holds it
-            live_readers = any(r() is not None for r in node.readers)
-            if not live_readers and drop:
+            if drop and not self._has_readers(node):
                 self._forget(node)
             elif not node.evicted and self._evict(node):
                 self.eager_evictions += 1
@@ -405,22 +413,31 @@ class Registry(TorchDispatchMode):
 
     def _bury(self) -> None:
         """A tensor died: storages nobody else holds are evicted (recorded ops still read
-        them) or forgotten (nothing does)."""
-        handles, self._dying[:] = list(self._dying), []
-        for h in handles:
-            node = self.nodes.get(h)
-            if node is None or node.pins or _storage_use_count(node.key) > 1:
-                continue
-            if not any(r() is not None for r in node.readers):
-                self._forget(node)
-            elif not node.evicted and self._evict(node):
-                self.eager_evictions += 1
+        them) or forgotten (nothing does; forgetting one may free its inputs in turn)."""
+        while self._dying:
+            handles, self._dying[:] = list(self._dying), []
+            for h in handles:
+                node = self.nodes.get(h)
+                if node is None or node.pins or _storage_use_count(node.key) > 1:
+                    continue
+                if not self._has_readers(node):
+                    self._forget(node)
+                elif not node.evicted and self._evict(node):
+                    self.eager_evictions += 1
+
+    @staticmethod
+    def _has_readers(node: _Node) -> bool:
+        return any(r() is not None for r in node.readers)
 
     def _forget(self, node: _Node) -> None:
         self._unmark(node)
         del self.nodes[node.handle]
         if self.by_key.get(node.key) is node:
             del self.by_key[node.key]
+        if node.steps:   # its inputs lose a reader: look at them again
+            for ref in pytree.tree_leaves([(s.args, s.kwargs) for s in node.steps]):
+                if isinstance(ref, _Ref) and ref.node is not node:
+                    self._dying.append(ref.node.handle)
         node.steps = None
 
     def _invalidate_readers(self, key: int) -> None:
@@ -434,6 +451,9 @@ class Registry(TorchDispatchMode):
             reader = ref()
             if reader is None or reader.frozen or self.nodes.get(reader.handle) is not reader:
                 continue
+            if _storage_use_count(reader.key) == 1 and not self._has_readers(reader):
+                self._forget(reader)   # nothing uses it: no need to keep it recomputable
+                continue
             if reader.evicted:
                 self._pin(reader)
                 try:
@@ -444,15 +464,19 @@ class Registry(TorchDispatchMode):
         if node is not None:
             node.readers = []
 
-    def _written(self, func: Any, args: Any, kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+    def _write_spec(self, func: Any) -> Tuple[Tuple[int, str], ...]:
+        """(position, name) of every argument ``func`` writes."""
         spec = self._write_args.get(func)
         if spec is None:
             spec = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
                          if a.alias_info is not None and a.alias_info.is_write)
             spec += tuple((i, "") for i in _UNDECLARED_WRITES.get(func, ()))
             self._write_args[func] = spec
+        return spec
+
+    def _written(self, func: Any, args: Any, kwargs: Dict[str, Any]) -> List[torch.Tensor]:
         out: List[torch.Tensor] = []
-        for i, name in spec:
+        for i, name in self._write_spec(func):
             value = args[i] if i < len(args) else kwargs.get(name)
             for leaf in pytree.tree_leaves(value):
                 if isinstance(leaf, torch.Tensor):
@@ -502,11 +526,13 @@ class Registry(TorchDispatchMode):
                 self._invalidate_readers(_key(t))
             replayable = (torch.Tag.nondeterministic_bitwise not in func.tags
                           or torch.are_deterministic_algorithms_enabled())
-            creates = (not written and replayable and torch.is_grad_enabled()
+            writes_node = any(_key(t) in self.by_key for t in written)
+            # New storages made from tensors that require grad: activations. Not when the
+            # op also writes a registered storage (replaying it would write that again).
+            creates = (replayable and not writes_node and torch.is_grad_enabled()
                        and any(t.requires_grad for t in tensors))
             generator = rng = None
-            if (torch.Tag.nondeterministic_seeded in func.tags
-                    and (creates or any(_key(t) in self.by_key for t in written))):
+            if torch.Tag.nondeterministic_seeded in func.tags and (creates or writes_node):
                 generator = self._generator(kwargs, tensors)
                 rng = generator.get_state()   # replayed bit for bit from here
             start = time.perf_counter_ns()
@@ -520,10 +546,10 @@ class Registry(TorchDispatchMode):
                     node = self.by_key.get(_key(o))
                     if node is not None:
                         self._watch(node, o)
-        if written:
+        if writes_node:
             self._record_mutation(func, args, kwargs, written, rng, generator,
                                   replayable, elapsed, tensors)
-        elif creates:
+        if creates:
             self._record_creation(func, args, kwargs, out, set(keys), rng, generator,
                                   elapsed, tensors)
         return out
@@ -593,7 +619,7 @@ class Registry(TorchDispatchMode):
             return
         target = targets[0]
         if (len(targets) > 1 or not replayable or target.frozen or target.steps is None
-                or len(target.steps) >= _MAX_CHAIN or func in _UNDECLARED_WRITES):
+                or len(target.steps) >= _MAX_CHAIN):
             for node in targets:
                 node.version += 1
                 self._freeze(node)
@@ -664,7 +690,7 @@ def _stop(registry: Registry) -> None:
             registry._forget(node)
 
 
-def enable(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
+def enable(engine: Optional[Engine] = None, min_bytes: int = 64 << 10,
            cost: str = "model") -> Registry:
     """Turns rematerialization on for the calling thread until :func:`disable`
     (``install(policy="recompute")`` calls this)."""
@@ -689,14 +715,15 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def recompute(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
-              cost: str = "model") -> Iterator[Registry]:
+def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
+              cost: Optional[str] = None) -> Iterator[Registry]:
     """Within the block, activations may be evicted and recomputed on demand.
 
     Run the forward *and* ``backward()`` inside it; on leaving, every evicted tensor the
     program still holds is restored. ``engine``: the installed engine of the current
-    device by default. Inside ``install(policy="recompute")`` it is a no-op that yields
-    the process-wide registry.
+    device by default; ``min_bytes`` and ``cost`` default to the engine's options
+    ``min_evictable`` and ``remat_cost``. Inside ``install(policy="recompute")`` it is a
+    no-op that yields the process-wide registry.
     """
     if _active is not None:
         yield _active
@@ -705,6 +732,12 @@ def recompute(engine: Optional[Engine] = None, min_bytes: int = 1 << 16,
         from . import _engine
 
         engine = _engine(None)
+    if min_bytes is None or cost is None:
+        from .options import parse_conf
+
+        chosen = parse_conf(engine.options_string)
+        min_bytes = int(chosen["min_evictable"]) if min_bytes is None else min_bytes
+        cost = chosen["remat_cost"] if cost is None else cost
     registry = _start(engine, min_bytes, cost)
     try:
         yield registry

@@ -94,6 +94,25 @@ const char* kind_name(OptionKind k) {
   return "?";
 }
 
+// The words a kChoice option accepts, first the default's kind of answer.
+const char* choices(const std::string& key) {
+  if (key == "evict_strategy") return "dtr, dte, window";
+  if (key == "policy") return "none, recompute";
+  if (key == "remat_cost") return "model, time, bytes";
+  return "";
+}
+
+bool parse_choice(const std::string& key, const std::string& value, std::string* out) {
+  const std::string v = lower(trim(value));
+  const std::string list = std::string(", ") + choices(key) + ",";
+  if (v.empty() || v.find(',') != std::string::npos ||
+      list.find(" " + v + ",") == std::string::npos) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 const char* accepted_form(OptionKind k) {
   switch (k) {
     case OptionKind::kSize: return "a size such as 4096, 64KiB or 1.5GiB";
@@ -102,7 +121,7 @@ const char* accepted_form(OptionKind k) {
              "written with a decimal point or a percent sign, such as 1.0, 0.8 or 80%";
     case OptionKind::kBool: return "true or false";
     case OptionKind::kInt: return "a non-negative integer";
-    case OptionKind::kChoice: return "one of dtr, dte, window";
+    case OptionKind::kChoice: return "one of: ";
     case OptionKind::kFraction: return "a number between 0 and 1, such as 0.9";
   }
   return "?";
@@ -155,6 +174,15 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
     std::string rest;
     ok = parse_number(trim(value), &v, &rest) && rest.empty() && v >= 0 && v <= 1;
     if (ok) o->evict_threshold = v;
+  } else if (key == "policy") {
+    matched = true, kind = OptionKind::kChoice;
+    ok = parse_choice(key, value, &o->policy);
+  } else if (key == "min_evictable") {
+    matched = true, kind = OptionKind::kSize;
+    ok = parse_size(value, &o->min_evictable);
+  } else if (key == "remat_cost") {
+    matched = true, kind = OptionKind::kChoice;
+    ok = parse_choice(key, value, &o->remat_cost);
   } else if (key == "trace_capacity") {
     matched = true, kind = OptionKind::kInt;
     ok = parse_count(value, &o->trace_capacity);
@@ -167,7 +195,7 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   }
   if (!ok) {
     return "invalid value '" + value + "' for pyalloc option '" + key + "': expected " +
-           accepted_form(kind);
+           accepted_form(kind) + choices(key);
   }
   return "";
 }
@@ -265,6 +293,9 @@ std::string Options::to_string() const {
                 sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
                 strategy_name(evict_strategy), evict_threshold, trace_capacity,
                 check_invariants ? "true" : "false");
+  out += buf;
+  std::snprintf(buf, sizeof buf, ",policy:%s,min_evictable:%zu,remat_cost:%s", policy.c_str(),
+                min_evictable, remat_cost.c_str());
   return out + buf;
 }
 

@@ -43,6 +43,16 @@ namespace pyalloc {
   X(evict_threshold, kFraction, "0",                                                         \
     "Evict proactively once allocated bytes exceed this fraction of the budget, down to it " \
     "(0: only when a request does not fit).")                                                 \
+  X(policy, kChoice, "none",                                                                 \
+    "What pyalloc does when memory is short, besides reclaiming its cache: none, or "        \
+    "recompute (evict activations and recompute them on use; the tensor registry, Python).") \
+  X(min_evictable, kSize, "64KiB",                                                           \
+    "policy recompute: storages smaller than this are never evicted (they free little and "  \
+    "cost a search and a replay each).")                                                      \
+  X(remat_cost, kChoice, "model",                                                            \
+    "policy recompute: how the cost of recomputing a storage is estimated: model (bytes "   \
+    "moved plus FLOPs of matmuls and convolutions, deterministic), time (host clock around " \
+    "the op; meaningful only where ops are synchronous), or bytes (its size).")              \
   X(trace_capacity, kInt, "0",                                                               \
     "Record the most recent N allocator events from the engine's creation (0: off). "        \
     "pyalloc.record_trace() turns recording on for a block of code instead.")               \
@@ -65,6 +75,10 @@ struct Options {
   EvictStrategy evict_strategy = EvictStrategy::kWindow;
   double evict_threshold = 0;
   bool check_invariants = false;
+  // Read by the Python side (pyalloc.install); the engine only validates them.
+  std::string policy;
+  std::size_t min_evictable = 0;
+  std::string remat_cost;
 
   // The table's defaults (the member initializers above are placeholders).
   static Options defaults();

@@ -1,0 +1,161 @@
+"""Models for the tests, the demo and the benchmarks, each with a seeded synthetic task.
+
+Every model exercises what memory policies get wrong: the residual CNN has BatchNorm
+(running statistics updated in place, behind a schema that does not say so), dropout (a
+random op replayed bit for bit) and in-place ReLU and addition; the transformer has
+attention built from views, transposes and a masked softmax, LayerNorm, GELU and dropout.
+``resnet50`` (torchvision) and ``gpt2`` (GPT-2 small's shape) are the GPU-sized ones.
+
+A :class:`Task` knows how to build its model and a batch, so a benchmark can vary the
+batch size and nothing else.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.1) -> nn.Module:
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout)]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+class ResidualBlock(nn.Module):
+    """conv-BN-ReLU(in place)-dropout-conv-BN, added to the input in place, ReLU in place."""
+
+    def __init__(self, channels: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.drop = nn.Dropout(dropout)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.drop(F.relu(self.bn1(self.conv1(x)), inplace=True))
+        out = self.bn2(self.conv2(out))
+        out += x
+        return F.relu(out, inplace=True)
+
+
+def residual_cnn(width: int = 32, blocks: int = 4, classes: int = 10,
+                 dropout: float = 0.1) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(inplace=True),
+        *[ResidualBlock(width, dropout) for _ in range(blocks)],
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(width, classes),
+    )
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        h = self.heads
+        q, k, v = self.qkv(x).view(b, t, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        attn = self.drop(scores.masked_fill(causal, float("-inf")).softmax(dim=-1))
+        y = (attn @ v).transpose(1, 2).reshape(b, t, c)
+        return self.drop(self.proj(y))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, dropout)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    """A GPT-style decoder: token and position embeddings, pre-LN blocks, a linear head."""
+
+    def __init__(self, vocab: int = 256, seq: int = 64, dim: int = 128, heads: int = 4,
+                 layers: int = 4, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.Sequential(*[TransformerBlock(dim, heads, dropout) for _ in range(layers)])
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok(idx) + self.pos(positions))
+        return self.head(self.ln(self.blocks(x)))
+
+
+@dataclass
+class Task:
+    """A model and its synthetic data: ``build()``, ``batch(n)``, ``loss(model, x, y)``."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    batch: Callable[[int, torch.Generator], Tuple[torch.Tensor, torch.Tensor]]
+    default_batch: int
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = model(x)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def _images(size: int, classes: int = 10):
+    def batch(n: int, gen: torch.Generator):
+        return torch.randn(n, 3, size, size, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+    return batch
+
+
+def _tokens(vocab: int, seq: int):
+    def batch(n: int, gen: torch.Generator):
+        data = torch.randint(0, vocab, (n, seq + 1), generator=gen)
+        return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    return batch
+
+
+def _vectors(width: int, classes: int = 10):
+    def batch(n: int, gen: torch.Generator):
+        return torch.randn(n, width, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+    return batch
+
+
+def _resnet50() -> nn.Module:
+    try:
+        import torchvision
+    except ImportError as e:   # pragma: no cover - only on machines without torchvision
+        raise RuntimeError("the resnet50 task needs torchvision (pip install torchvision)") from e
+    return torchvision.models.resnet50(num_classes=1000)
+
+
+TASKS: Dict[str, Task] = {
+    "mlp": Task("mlp", lambda: mlp(256, 8), _vectors(256), 4096),
+    "cnn": Task("cnn", lambda: residual_cnn(16, 3), _images(32), 64),
+    "transformer": Task("transformer", lambda: Transformer(256, 64, 128, 4, 3), _tokens(256, 64), 32),
+    # GPU sizes.
+    "resnet50": Task("resnet50", _resnet50, _images(224, 1000), 64),
+    "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 8),
+}
