@@ -9,9 +9,9 @@
 //           may be scattered, and the engine may need further rounds.
 //   dte     MegEngine's DTE variant: the same with each victim's free neighbours counted
 //           in its bytes, which favours victims whose freeing joins free space.
-//   window  Coop's sliding window: the cheapest run of *contiguous* evictable and free
-//           blocks inside one segment that holds the request, so one round frees space
-//           that is actually usable. When no segment can hold the request, whole
+//   window  Coop's sliding window: the cheapest run (by cost / staleness) of
+//           *contiguous* evictable and free blocks inside one segment that holds the
+//           request, so one round frees space that is actually usable. When no segment can hold the request, whole
 //           segments of free and evictable blocks are freed, cheapest first, so the
 //           release rung can return them and a new segment can be made.
 //
