@@ -1,0 +1,257 @@
+"""Rematerialization (pyalloc.registry): evict activations, recompute them, change nothing.
+
+The training tests run each model twice in fresh processes: unconstrained under pyalloc,
+then with ``policy="recompute"`` under a budget of 35% of the first run's peak reserved
+bytes, which the model can only meet by evicting and recomputing (the counters say it
+did). Losses, parameters, buffers (BatchNorm's running statistics) and optimizer state
+must be equal bit for bit. Dropout is on in every model, so every step replays random
+ops; the CNN has in-place ReLU and addition; the transformer has views and transposes.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_in_subprocess
+
+TRAIN = """
+import hashlib, torch, pyalloc
+pyalloc.install(device="cpu", budget={budget!r}, policy={policy!r}, evict_strategy={strategy!r})
+from pyalloc.models import TASKS
+task = TASKS[{task!r}]
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+model = task.build()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = task.batch({batch}, torch.Generator().manual_seed(1))
+for step in range({steps}):
+    opt.zero_grad(set_to_none=True)
+    loss = task.loss(model, x, y)
+    loss.backward()
+    opt.step()
+    print("loss", loss.item().hex())
+digest = hashlib.sha256()
+for tensor in list(model.state_dict().values()) + [
+        v for s in opt.state_dict()["state"].values() for v in s.values()
+        if isinstance(v, torch.Tensor)]:
+    digest.update(tensor.detach().contiguous().numpy().tobytes())
+print("state", digest.hexdigest())
+pyalloc.check_invariants()
+s = pyalloc.memory_stats()
+print("peak_reserved", s["reserved_bytes.all.peak"])
+print("evictions", s.get("remat.evictions", 0), "recomputes", s.get("remat.recomputes", 0),
+      "frozen", s.get("remat.frozen", 0))
+"""
+
+BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}
+
+
+def train(task: str, budget, policy: str = "none", steps: int = 20, strategy: str = "window",
+          batch: int | None = None) -> dict:
+    out = run_in_subprocess(TRAIN.format(task=task, budget=budget, policy=policy, steps=steps,
+                                         strategy=strategy, batch=batch or BATCH[task]))
+    lines = out.splitlines()
+    record = [line for line in lines if line.startswith(("loss", "state"))]
+    fields = dict(zip(*[iter(lines[-1].split())] * 2))
+    return {"record": record, "peak": int(lines[-2].split()[1]),
+            **{k: int(v) for k, v in fields.items()}}
+
+
+@pytest.mark.parametrize("task", ["mlp", "cnn", "transformer"])
+def test_trains_bit_identically_at_35_percent_of_peak(task):
+    free = train(task, "2GiB")
+    budget = int(0.35 * free["peak"])
+    tight = train(task, budget, policy="recompute")
+    assert len(tight["record"]) == 21
+    assert tight["record"] == free["record"]
+    assert tight["peak"] <= budget
+    # The budget forced the policy to work, every step (20 steps).
+    assert tight["evictions"] >= 20 and tight["recomputes"] >= 20, tight
+    assert free["evictions"] == 0
+
+
+def test_each_strategy_trains_bit_identically():
+    free = train("cnn", "2GiB", steps=4)
+    for strategy in ("dtr", "dte"):
+        tight = train("cnn", int(0.4 * free["peak"]), policy="recompute", steps=4,
+                      strategy=strategy)
+        assert tight["record"] == free["record"], strategy
+        assert tight["recomputes"] > 0, strategy
+
+
+SCOPED = """
+import torch, pyalloc
+from torch import nn
+pyalloc.install(device="cpu", budget="{budget}")
+from pyalloc.models import mlp
+torch.manual_seed(0)
+model = mlp(256, 6)
+x = torch.randn(4096, 256)
+for step in range(3):
+    with pyalloc.recompute() as reg:
+        logits = model(x)
+        logits.sum().backward()
+    # Outside the block nothing intercepts reads: what the program still holds is resident.
+    assert logits.untyped_storage().nbytes() == logits.numel() * 4
+    print("logits", logits.double().sum().item().hex(), "recomputes", reg.stats()["recomputes"])
+    model.zero_grad()
+"""
+
+
+def test_scoped_form_restores_what_the_program_keeps():
+    free = run_in_subprocess(SCOPED.format(budget="2GiB"))
+    tight = run_in_subprocess(SCOPED.format(budget="40MiB"))
+    assert [l.split()[1] for l in tight.splitlines()] == [l.split()[1] for l in free.splitlines()]
+    assert all(int(l.split()[3]) > 0 for l in tight.splitlines())
+
+
+OOM = """
+import hashlib, torch, pyalloc
+pyalloc.install(device="cpu", budget="2GiB", policy="recompute")
+from pyalloc.models import TASKS
+task = TASKS["cnn"]
+torch.manual_seed(0)
+model = task.build()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = task.batch(64, torch.Generator().manual_seed(1))
+def digest():
+    h = hashlib.sha256()
+    for t in list(model.state_dict().values()) + [
+            v for s in opt.state_dict()["state"].values() for v in s.values()]:
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+for step in range(2):
+    opt.zero_grad(); task.loss(model, x, y).backward(); opt.step()
+before = digest()
+engine = pyalloc._engine(None)
+engine.set_budget(int(pyalloc.memory_stats()["allocated_bytes.all.current"]) + (2 << 20))
+try:
+    opt.zero_grad()
+    task.loss(model, x, y).backward()
+    opt.step()
+    print("no error")
+except torch.OutOfMemoryError as e:
+    print("oom:", str(e).splitlines()[0])
+assert digest() == before, "the failed step changed the model or the optimizer"
+from pyalloc import registry
+assert all(n.pins == 0 for n in registry.active().nodes.values()), "pins leaked"
+pyalloc.check_invariants()
+engine.set_budget(2 << 30)
+for step in range(2):
+    opt.zero_grad(); loss = task.loss(model, x, y); loss.backward(); opt.step()
+print("recovered", torch.isfinite(loss).item())
+"""
+
+
+def test_budget_below_the_minimum_fails_cleanly_and_keeps_training_state():
+    out = run_in_subprocess(OOM)
+    assert "oom: pyalloc: out of memory" in out
+    assert "recovered True" in out
+
+
+UNIT = """
+import torch, pyalloc
+pyalloc.install(device="cpu", budget="2GiB")
+torch.manual_seed(0)
+{body}
+print("ok")
+"""
+
+
+def _unit(body: str) -> None:
+    import textwrap
+
+    assert run_in_subprocess(UNIT.format(body=textwrap.dedent(body))).strip().endswith("ok")
+
+
+def test_random_ops_replay_bit_for_bit():
+    _unit("""
+        x = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = torch.nn.functional.dropout(x, 0.5) * 3      # empty_like, bernoulli_, div_, mul
+            z = torch.rand_like(x) + x                      # a random creation
+            want_y, want_z = y.detach().clone(), z.detach().clone()
+            assert reg.evict(list(reg.nodes)) > 0
+            assert y.untyped_storage().nbytes() == 0        # really evicted
+            torch.randn(10)                                 # moves the generator on
+            assert torch.equal(y, want_y) and torch.equal(z, want_z)
+            assert reg.recomputes >= 2
+    """)
+
+
+def test_inplace_write_to_a_recorded_input_restores_its_readers_first():
+    _unit("""
+        x = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            a = x * 2
+            b = a + 1                       # recorded from a's current contents
+            want = b.detach().clone()
+            reg.evict([h for h, n in reg.nodes.items() if n.key == b.untyped_storage()._cdata])
+            with torch.no_grad():
+                a.mul_(3)                   # b could no longer be recomputed from a
+            assert torch.equal(b, want)     # restored before the write, then kept
+            node_b = reg.by_key[b.untyped_storage()._cdata]
+            assert node_b.frozen and not node_b.evicted
+            a2 = x * 5
+            a2.relu_()                      # an in-place chain on a fresh storage
+            a2.add_(1)
+            want2 = a2.detach().clone()
+            reg.evict(list(reg.nodes))
+            assert torch.equal(a2, want2)
+    """)
+
+
+def test_parameters_inputs_and_gradients_are_never_evicted():
+    _unit("""
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+        x = torch.randn(512, 256)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            loss = model(x).sum()
+            reg.evict(list(reg.nodes))
+            for t in [x, *model.parameters()]:
+                assert t.untyped_storage().nbytes() > 0
+            loss.backward()
+            reg.evict(list(reg.nodes))
+            for p in model.parameters():
+                assert p.grad.untyped_storage().nbytes() > 0
+            assert all(not n.key in {p.untyped_storage()._cdata for p in model.parameters()}
+                       for n in reg.nodes.values())
+    """)
+
+
+def test_views_follow_their_storage():
+    _unit("""
+        x = torch.randn(64, 128, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = torch.tanh(x)
+            v = y.t()[3:9]                  # a view: same storage
+            want = v.detach().clone()
+            reg.evict(list(reg.nodes))
+            assert v.untyped_storage().nbytes() == 0
+            assert torch.equal(v, want)     # reading the view restores the whole storage
+            assert torch.equal(y[:, 3:9].t(), want)
+    """)
+
+
+def test_bad_arguments_name_the_problem():
+    _unit("""
+        import pytest
+        with pytest.raises(ValueError, match="cost must be"):
+            with pyalloc.recompute(cost="flops"):
+                pass
+        with pytest.raises(ValueError, match="min_bytes"):
+            with pyalloc.recompute(min_bytes=-1):
+                pass
+        from pyalloc import registry
+        registry.enable()
+        with pytest.raises(RuntimeError, match="already on"):
+            registry.enable()
+        registry.disable()
+    """)
+    out = run_in_subprocess("""
+import pyalloc
+try:
+    pyalloc.install(device="cpu", policy="swapp")
+except ValueError as e:
+    print(e)
+""")
+    assert "policy" in out and "none, recompute" in out
