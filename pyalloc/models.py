@@ -21,10 +21,23 @@ from torch.nn import functional as F
 
 
 def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.1) -> nn.Module:
-    layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout)]
-    return nn.Sequential(*layers, nn.Linear(width, classes))
+    blocks = [nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout))
+              for _ in range(depth)]
+    return nn.Sequential(*blocks, nn.Linear(width, classes))
+
+
+def blocks(model: nn.Module) -> list:
+    """The repeated blocks of a model (what ``torch.utils.checkpoint`` wraps one by one)."""
+    kinds = [ResidualBlock, TransformerBlock]
+    try:
+        from torchvision.models.resnet import BasicBlock, Bottleneck
+        kinds += [BasicBlock, Bottleneck]
+    except ImportError:
+        pass
+    found = [m for m in model.modules() if isinstance(m, tuple(kinds))]
+    if not found and isinstance(model, nn.Sequential):   # the MLP: its Sequential blocks
+        found = [m for m in model if isinstance(m, nn.Sequential)]
+    return found
 
 
 class ResidualBlock(nn.Module):

@@ -201,3 +201,57 @@ def test_trace_on_gpu_replays_to_the_same_peak(tmp_path):
         assert r.peak_reserved == live["reserved_bytes.all.peak"], (r.peak_reserved, live["reserved_bytes.all.peak"])
         print("ok", r.peak_reserved)
     """)
+
+
+REMAT_RUN = """
+import hashlib, threading, torch, pyalloc
+pyalloc.install(device="cuda", budget={budget}, policy={policy!r})
+from pyalloc.models import TASKS
+from pyalloc import registry
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+task = TASKS[{task!r}]
+model = task.build().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = task.batch({batch}, torch.Generator().manual_seed(1))
+x, y = x.cuda(), y.cuda()
+reg = registry.active()
+if reg is not None:   # record which threads the registry's dispatch mode runs on
+    threads = set()
+    original = type(reg).__torch_dispatch__
+    def spy(self, func, types, args=(), kwargs=None):
+        threads.add(threading.get_ident())
+        return original(self, func, types, args, kwargs)
+    type(reg).__torch_dispatch__ = spy
+for step in range(10):
+    opt.zero_grad(set_to_none=True)
+    loss = task.loss(model, x, y)
+    loss.backward()
+    opt.step()
+    print("loss", loss.item().hex())
+h = hashlib.sha256()
+for t in model.state_dict().values():
+    h.update(t.detach().cpu().contiguous().numpy().tobytes())
+print("params", h.hexdigest())   # parameters and buffers
+pyalloc.check_invariants()
+s = pyalloc.memory_stats()
+if reg is not None:
+    # CUDA backward runs on autograd's device thread: the mode must be active there too,
+    # or backward ops would read storages the registry could evict under them.
+    print("threads", len(threads - {{threading.get_ident()}}))
+print("peak", s["reserved_bytes.all.peak"], "recomputes", s.get("remat.recomputes", 0))
+"""
+
+
+@pytest.mark.parametrize("task,batch", [("cnn", 64), ("transformer", 32)])
+def test_recompute_on_gpu_is_bit_identical_at_35_percent(task, batch):
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    free = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=repr("8GiB"),
+                                              policy="none"), env=env)
+    peak = int(free.splitlines()[-1].split()[1])
+    tight = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=int(0.35 * peak),
+                                               policy="recompute"), env=env)
+    assert training_record(tight) == training_record(free)
+    last = tight.splitlines()[-1].split()
+    assert int(last[1]) <= int(0.35 * peak) and int(last[3]) > 0, last
+    assert "threads 1" in tight   # the backward thread went through the registry

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Rematerialization benchmark: how little memory, how much batch, at what speed.
+
+For each model, side by side in one run, each configuration in its own process (the
+allocator and its options are chosen once per process):
+
+  baseline    pyalloc, no eviction (the budget is a hard cap; nothing is recomputed)
+  checkpoint  torch.utils.checkpoint (non-reentrant) around every block, no eviction
+  dtr, dte, window   policy="recompute" with that victim strategy
+
+Figures, all against the baseline's peak reserved bytes P at the task's default batch:
+
+  min budget  the smallest budget (fraction of P, bisection to ~1%) at which 3 steps train
+  t@0.9, t@0.5  median step time at budgets 0.9 P and 0.5 P over the baseline's unconstrained
+              step time (empty where the configuration cannot train at that budget)
+  max batch   the largest batch that trains 2 steps under the budget P (doubling, then
+              bisection), and its ratio to the baseline's
+  op overhead the registry's cost per aten op: step time with policy="recompute" and no
+              memory pressure minus the baseline's, over the ops in a step
+
+    python tools/bench_remat.py                         # simulated device: mlp, cnn, transformer
+    python tools/bench_remat.py --device cuda --tasks cnn transformer resnet50 gpt2
+
+Writes ``bench_remat.json`` and ``bench_remat.md`` into ``--out`` and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+STRATEGIES = ("dtr", "dte", "window")
+CONFIGS = ("baseline", "checkpoint") + STRATEGIES
+
+
+# --- worker: one configuration, in its own process ------------------------------------------
+class Worker:
+    def __init__(self, task: str, config: str, device: str, batch: int) -> None:
+        import pyalloc
+
+        policy = "recompute" if config in STRATEGIES else "none"
+        options = {"evict_strategy": config} if policy == "recompute" else {}
+        self.device = pyalloc.install(device=device, policy=policy, **options)
+        import torch
+
+        from pyalloc import models, registry
+
+        self.torch = torch
+        self.pyalloc = pyalloc
+        self.registry = registry
+        self.task = models.TASKS[task]
+        self.blocks = models.blocks
+        self.config = config
+        self.batch = batch
+        self.engine = pyalloc._engine(None)
+        self.dev = "cuda" if self.device == "cuda" else "cpu"
+        # Deterministic kernels where they exist, so the strategies compute the same thing.
+        torch.backends.cudnn.benchmark = False
+
+    def _model(self):
+        torch = self.torch
+        torch.manual_seed(0)
+        model = self.task.build().to(self.dev)
+        if self.config == "checkpoint":
+            from torch.utils.checkpoint import checkpoint
+
+            for block in self.blocks(model):
+                block.forward = (lambda f: lambda *a: checkpoint(f, *a, use_reentrant=False))(
+                    block.forward)
+        return model
+
+    def sync(self) -> None:
+        if self.dev == "cuda":
+            self.torch.cuda.synchronize()
+
+    def trial(self, budget: int, batch: int, steps: int, warmup: int = 0) -> Optional[Dict[str, Any]]:
+        """Trains ``steps`` steps under ``budget``; None when it runs out of memory."""
+        torch, engine = self.torch, self.engine
+        gc.collect()
+        self.pyalloc.empty_cache()
+        engine.set_budget(budget)
+        engine.reset_peak_stats()
+        before = engine.stats()
+        reg = self.registry.active()
+        ops0 = reg._ops if reg else 0
+        rc0 = reg.recomputes if reg else 0
+        model = opt = x = y = loss = None
+        times: List[float] = []
+        try:
+            model = self._model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
+            x, y = x.to(self.dev), y.to(self.dev)
+            for step in range(steps):
+                self.sync()
+                start = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                loss = self.task.loss(model, x, y)
+                loss.backward()
+                opt.step()
+                self.sync()
+                times.append(time.perf_counter() - start)
+            ok = bool(torch.isfinite(loss).item())
+        except torch.OutOfMemoryError:
+            ok = False
+        finally:
+            del model, opt, x, y, loss
+            gc.collect()
+        if not ok:
+            return None
+        after = engine.stats()
+        timed = times[warmup:] or times
+        return {
+            "step_s": statistics.median(timed),
+            "peak_reserved": after["reserved_bytes.all.peak"],
+            "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
+            "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
+            "ops_per_step": ((reg._ops - ops0) / steps) if reg else 0,
+        }
+
+    def min_budget(self, peak: int, lo: float = 0.05, hi: float = 1.0, steps: int = 3) -> Optional[float]:
+        if self.trial(int(hi * peak), self.batch, steps) is None:
+            hi = 1.5
+            if self.trial(int(hi * peak), self.batch, steps) is None:
+                return None
+        while hi - lo > 0.01:
+            mid = (lo + hi) / 2
+            if self.trial(int(mid * peak), self.batch, steps) is None:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def max_batch(self, budget: int, limit: int = 64) -> int:
+        good, bad = 0, None
+        n = self.batch
+        while bad is None:
+            if self.trial(budget, n, 2) is None:
+                bad = n
+            else:
+                good = n
+                n *= 2
+                if n > limit * self.batch:
+                    return good
+        while bad - good > max(1, good // 32):
+            mid = (good + bad) // 2
+            if self.trial(budget, mid, 2) is None:
+                bad = mid
+            else:
+                good = mid
+        return good
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    w = Worker(args.task, args.config, args.device, args.batch)
+    unlimited = args.capacity
+    out: Dict[str, Any] = {"task": args.task, "config": args.config, "device": w.device}
+    free = w.trial(unlimited, args.batch, max(args.steps, 10), warmup=2)
+    out["unconstrained"] = free
+    peak = args.peak or (free["peak_reserved"] if free else None)
+    out["peak"] = peak
+    if peak:
+        out["min_budget"] = w.min_budget(peak)
+        for frac in (0.9, 0.5):
+            out[f"at_{frac}"] = w.trial(int(frac * peak), args.batch, args.steps, warmup=2)
+        out["max_batch"] = w.max_batch(peak)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# --- driver ----------------------------------------------------------------------------------
+def run_worker(task: str, config: str, device: str, batch: int, steps: int, peak: Optional[int],
+               capacity: int) -> Dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", "--task", task, "--config", config,
+           "--device", device, "--batch", str(batch), "--steps", str(steps),
+           "--capacity", str(capacity)]
+    if peak:
+        cmd += ["--peak", str(peak)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return {"task": task, "config": config, "error": (proc.stderr or proc.stdout)[-2000:]}
+
+
+def _ratio(a: Optional[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> str:
+    if not a or not base:
+        return "—"
+    return f"{a['step_s'] / base['step_s']:.2f}x"
+
+
+def table(results: List[Dict[str, Any]]) -> str:
+    rows = ["| model | config | min budget (of peak) | step time @0.9 | @0.5 | max batch @peak "
+            "(x baseline) | evictions/recomputes per step @0.5 | registry overhead per op |",
+            "|---|---|---|---|---|---|---|---|"]
+    by_task: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for r in results:
+        by_task.setdefault(r["task"], {})[r["config"]] = r
+    for task, configs in by_task.items():
+        base = configs.get("baseline", {})
+        base_free = base.get("unconstrained")
+        base_batch = base.get("max_batch") or 0
+        for config in CONFIGS:
+            r = configs.get(config)
+            if r is None:
+                continue
+            if "error" in r:
+                rows.append(f"| {task} | {config} | error: {r['error'].splitlines()[-1][:80]} |||||||")
+                continue
+            mb = r.get("min_budget")
+            at5 = r.get("at_0.5")
+            per_step = (f"{at5['evictions_per_step']:.0f} / {at5['recomputes_per_step']:.0f}"
+                        if at5 else "—")
+            overhead = "—"
+            free = r.get("unconstrained")
+            if config in STRATEGIES and free and base_free and free["ops_per_step"]:
+                us = (free["step_s"] - base_free["step_s"]) / free["ops_per_step"] * 1e6
+                overhead = f"{us:.1f} µs ({free['ops_per_step']:.0f} ops/step)"
+            batch = r.get("max_batch") or 0
+            rows.append(
+                f"| {task} | {config} | {mb:.2f} |" if mb else f"| {task} | {config} | — |")
+            rows[-1] += (f" {_ratio(r.get('at_0.9'), base_free)} | {_ratio(at5, base_free)} | "
+                         f"{batch} ({batch / base_batch:.2f}x) | {per_step} | {overhead} |"
+                         if base_batch else " — | — | — | — | — |")
+    return "\n".join(rows)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the simulated device (default); cuda: a GPU")
+    p.add_argument("--tasks", nargs="+", default=None,
+                   help="models (pyalloc.models.TASKS); default mlp cnn transformer")
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    p.add_argument("--steps", type=int, default=6, help="steps per timed trial (2 warm-up)")
+    p.add_argument("--batch", type=int, default=None, help="override every task's default batch")
+    p.add_argument("--out", default=".", help="where bench_remat.json and .md go")
+    # Worker mode (internal).
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--task", help=argparse.SUPPRESS)
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    p.add_argument("--peak", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--capacity", type=int, default=3 << 30, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker_main(args)
+        return 0
+
+    from pyalloc.models import TASKS
+    try:
+        from tqdm import tqdm
+    except ImportError:   # the progress bar is a nicety; the figures do not need it
+        def tqdm(items, **_):
+            class Bar(list):
+                def __enter__(self): return self
+                def __exit__(self, *a): pass
+                def set_description(self, text): print(text, flush=True)
+            return Bar(items)
+
+    tasks = args.tasks or ["mlp", "cnn", "transformer"]
+    capacity = (70 << 30) if args.device == "cuda" else (3 << 30)
+    results: List[Dict[str, Any]] = []
+    started = time.time()
+    jobs = [(t, c) for t in tasks for c in args.configs]
+    peaks: Dict[str, Optional[int]] = {}
+    with tqdm(jobs, unit="run") as bar:
+        for task, config in bar:
+            bar.set_description(f"{task}/{config}")
+            batch = args.batch or TASKS[task].default_batch
+            r = run_worker(task, config, args.device, batch, args.steps,
+                           peaks.get(task) if config != "baseline" else None, capacity)
+            if config == "baseline":
+                peaks[task] = r.get("peak")
+            r["batch"] = batch
+            results.append(r)
+    import torch
+
+    meta = {"device": args.device, "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
+            "command": "python tools/bench_remat.py " + " ".join(argv or sys.argv[1:])}
+    if args.device == "cuda" and torch.cuda.is_available():
+        meta["gpu"] = torch.cuda.get_device_name(0)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_remat.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    md = table(results)
+    (out / "bench_remat.md").write_text(
+        f"{meta}\n\n{md}\n")
+    print(json.dumps(meta))
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
