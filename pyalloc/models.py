@@ -170,5 +170,5 @@ TASKS: Dict[str, Task] = {
     "transformer": Task("transformer", lambda: Transformer(256, 64, 128, 4, 3), _tokens(256, 64), 32),
     # GPU sizes.
     "resnet50": Task("resnet50", _resnet50, _images(224, 1000), 64),
-    "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 8),
+    "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 4),
 }

@@ -37,7 +37,6 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
-from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from .engine import Engine
@@ -66,6 +65,50 @@ def _key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
+# Aten ops take and return flat structures: scalars, tensors, and lists or tuples of them.
+# These two walk exactly that, several times faster than torch's general pytree, which
+# matters because they run on every op.
+_SEQ = (list, tuple)
+
+
+def _leaves(value: Any) -> List[Any]:
+    """The leaves of an op's arguments ``(args, kwargs)`` or of its output."""
+    out: List[Any] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, _SEQ):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        else:
+            out.append(v)
+    return out
+
+
+def _tensors(args: Any, kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+    """The tensors among an op's arguments (the per-op fast path of :func:`_leaves`)."""
+    out: List[torch.Tensor] = []
+    for group in (args, kwargs.values()) if kwargs else (args,):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                out.append(a)
+            elif isinstance(a, _SEQ):
+                out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
+
+
+def _map(cls: type, fn: Callable[[Any], Any], value: Any) -> Any:
+    """``value`` with every leaf of type ``cls`` replaced by ``fn(leaf)``."""
+    if isinstance(value, cls):
+        return fn(value)
+    if isinstance(value, _SEQ):
+        return type(value)(_map(cls, fn, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _map(cls, fn, v) for k, v in value.items()}
+    return value
+
+
 class _Ref:
     """An argument that was a registered storage: rebuilt from the node at replay."""
 
@@ -86,7 +129,7 @@ class _Ref:
 
 def _refers_to(value: Any, node: Optional[_Node]) -> bool:
     return node is not None and any(isinstance(x, _Ref) and x.node is node
-                                    for x in pytree.tree_leaves(value))
+                                    for x in _leaves(value))
 
 
 class _Step:
@@ -146,6 +189,8 @@ def _flops(func: Any, args: Any, outputs: List[torch.Tensor]) -> float:
 class Registry(TorchDispatchMode):
     """Records lineage and serves the engine's eviction requests; see the module doc.
 
+    Not for code under ``torch.compile``: the registry sees eager aten ops only.
+
     Parameters
     ----------
     engine : Engine
@@ -178,6 +223,7 @@ class Registry(TorchDispatchMode):
         self._ops = 0
         self._next_sweep = 256
         self._write_args: Dict[Any, Tuple[Tuple[int, str], ...]] = {}
+        self._func_info: Dict[Any, Tuple[Any, bool, bool]] = {}
         self._device_type = "cuda" if _installed_device() == "cuda" else "cpu"
         self._evict_sweep_at = -1
         self._dying: List[int] = []    # handles whose tensors died since the last op
@@ -187,6 +233,13 @@ class Registry(TorchDispatchMode):
         self.recomputes = 0
         self.recompute_ns = 0
         self.frozen = 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless this says
+        # no; the wrapper cost 22 us per op on the dev VM (a pass-through mode: 38 -> 14 us),
+        # more than everything the registry does. Eager only (see the class doc).
+        return False
 
     # --- statistics -----------------------------------------------------------------------
     def stats(self) -> Dict[str, int]:
@@ -310,7 +363,7 @@ class Registry(TorchDispatchMode):
                      ) -> Tuple[Any, List[_Node]]:
         """``tree`` with every :class:`_Ref` rebuilt as a tensor on its (restored) storage;
         returns the pinned nodes. ``target`` is the storage a mutation step writes."""
-        refs = [x for x in pytree.tree_leaves(tree) if isinstance(x, _Ref)]
+        refs = [x for x in _leaves(tree) if isinstance(x, _Ref)]
         nodes: List[_Node] = []
         for ref in refs:
             if ref.node is not target:
@@ -322,7 +375,7 @@ class Registry(TorchDispatchMode):
                 if ref.node not in nodes:
                     nodes.append(ref.node)
         self._pin_all(nodes)
-        tree = pytree.tree_map_only(_Ref, _Ref.tensor, tree)
+        tree = _map(_Ref, _Ref.tensor, tree)
         return tree, nodes
 
     def _run_step(self, step: _Step, target: Optional[_Node]) -> Any:
@@ -335,10 +388,9 @@ class Registry(TorchDispatchMode):
                 args, kwargs = list(args), dict(kwargs)
                 for i, name in written:
                     if i < len(args):
-                        args[i] = pytree.tree_map_only(torch.Tensor, torch.clone, args[i])
+                        args[i] = _map(torch.Tensor, torch.clone, args[i])
                     elif name in kwargs:
-                        kwargs[name] = pytree.tree_map_only(torch.Tensor, torch.clone,
-                                                            kwargs[name])
+                        kwargs[name] = _map(torch.Tensor, torch.clone, kwargs[name])
             if step.rng is None:
                 return step.func(*args, **kwargs)
             saved = step.generator.get_state()
@@ -358,7 +410,7 @@ class Registry(TorchDispatchMode):
         start = time.perf_counter_ns()
         first = node.steps[0]
         out = self._run_step(first, None)
-        fresh = pytree.tree_leaves(out)[first.index]
+        fresh = _leaves(out)[first.index]
         if fresh.untyped_storage().nbytes() != node.nbytes:
             raise RuntimeError(f"pyalloc: recomputing {first.func} gave "
                                f"{fresh.untyped_storage().nbytes()} bytes, expected {node.nbytes}")
@@ -435,7 +487,7 @@ class Registry(TorchDispatchMode):
         if self.by_key.get(node.key) is node:
             del self.by_key[node.key]
         if node.steps:   # its inputs lose a reader: look at them again
-            for ref in pytree.tree_leaves([(s.args, s.kwargs) for s in node.steps]):
+            for ref in _leaves([(s.args, s.kwargs) for s in node.steps]):
                 if isinstance(ref, _Ref) and ref.node is not node:
                     self._dying.append(ref.node.handle)
         node.steps = None
@@ -478,7 +530,7 @@ class Registry(TorchDispatchMode):
         out: List[torch.Tensor] = []
         for i, name in self._write_spec(func):
             value = args[i] if i < len(args) else kwargs.get(name)
-            for leaf in pytree.tree_leaves(value):
+            for leaf in _leaves(value):
                 if isinstance(leaf, torch.Tensor):
                     out.append(leaf)
         return out
@@ -506,44 +558,59 @@ class Registry(TorchDispatchMode):
 
     # --- the dispatch mode ------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Runs on every aten op, forward and backward: keep the common path short.
         kwargs = kwargs or {}
         self._ops += 1
         if self._dying:
             self._bury()
         if self._ops >= self._next_sweep:
             self._sweep()
-        tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        info = self._func_info.get(func)
+        if info is None:
+            info = self._func_info[func] = (
+                self._write_spec(func), torch.Tag.nondeterministic_seeded in func.tags,
+                torch.Tag.nondeterministic_bitwise in func.tags)
+        spec, random, nondeterministic = info
+        tensors = _tensors(args, kwargs)
         keys = [_key(t) for t in tensors]
+        by_key = self.by_key
         used: List[_Node] = []
         for k in keys:
-            node = self.by_key.get(k)
+            node = by_key.get(k)
             if node is not None and node not in used:
                 used.append(node)
-        self._pin_all(used)          # restores what this op reads
+        if used:
+            self._pin_all(used)      # restores what this op reads
         try:
-            written = self._written(func, args, kwargs)
+            written = self._written(func, args, kwargs) if spec else ()
+            writes_node = False
             for t in written:
-                self._invalidate_readers(_key(t))
-            replayable = (torch.Tag.nondeterministic_bitwise not in func.tags
-                          or torch.are_deterministic_algorithms_enabled())
-            writes_node = any(_key(t) in self.by_key for t in written)
+                k = _key(t)
+                self._invalidate_readers(k)
+                writes_node = writes_node or k in by_key
+            replayable = not nondeterministic or torch.are_deterministic_algorithms_enabled()
             # New storages made from tensors that require grad: activations. Not when the
             # op also writes a registered storage (replaying it would write that again).
             creates = (replayable and not writes_node and torch.is_grad_enabled()
                        and any(t.requires_grad for t in tensors))
             generator = rng = None
-            if torch.Tag.nondeterministic_seeded in func.tags and (creates or writes_node):
+            if random and (creates or writes_node):
                 generator = self._generator(kwargs, tensors)
                 rng = generator.get_state()   # replayed bit for bit from here
-            start = time.perf_counter_ns()
-            out = func(*args, **kwargs)
-            elapsed = time.perf_counter_ns() - start
+            if self.cost_model == "time":
+                start = time.perf_counter_ns()
+                out = func(*args, **kwargs)
+                elapsed = time.perf_counter_ns() - start
+            else:
+                out = func(*args, **kwargs)
+                elapsed = 0
         finally:
-            self._unpin_all(used)
+            if used:
+                self._unpin_all(used)
         if used:
-            for o in pytree.tree_leaves(out):   # views and aliases of registered storages
+            for o in (out if isinstance(out, _SEQ) else (out,)):   # views of known storages
                 if isinstance(o, torch.Tensor):
-                    node = self.by_key.get(_key(o))
+                    node = by_key.get(_key(o))
                     if node is not None:
                         self._watch(node, o)
         if writes_node:
@@ -569,7 +636,7 @@ class Registry(TorchDispatchMode):
             nodes.append(node)
             return _Ref(node, t)
 
-        args, kwargs = pytree.tree_map_only(torch.Tensor, convert, (args, kwargs))
+        args, kwargs = _map(torch.Tensor, convert, (args, kwargs))
         return args, kwargs, nodes, leaves
 
     def _add_reader(self, reader: _Node, nodes: List[_Node], leaves: List[int]) -> None:
@@ -582,7 +649,7 @@ class Registry(TorchDispatchMode):
 
     def _record_creation(self, func, args, kwargs, out, read_keys, rng, generator,
                          elapsed, tensors) -> None:
-        flat = pytree.tree_leaves(out)
+        flat = _leaves(out)
         fresh = []
         for i, o in enumerate(flat):
             if not isinstance(o, torch.Tensor) or o.device.type != self._device_type:
@@ -634,12 +701,21 @@ class Registry(TorchDispatchMode):
         self._mark(target)   # new cost
 
     # --- saved-tensor hooks: backward's access to saved activations --------------------------
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
+    def pack(self, t: torch.Tensor) -> Tuple[torch.Tensor, int]:
         # A detached alias: returning ``t`` itself would make an output and its grad_fn a
-        # reference cycle that the garbage collector cannot see.
-        return t.detach()
+        # reference cycle that the garbage collector cannot see. The alias shares ``t``'s
+        # version counter, and autograd skips its own in-place check for hooked tensors,
+        # so the check is made here, at unpack.
+        return t.detach(), t._version
 
-    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+    def unpack(self, packed: Tuple[torch.Tensor, int]) -> torch.Tensor:
+        t, version = packed
+        if t._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by "
+                f"an inplace operation: [{t.dtype}, {list(t.shape)}] is at version "
+                f"{t._version}; expected version {version} instead (found by pyalloc's "
+                "registry, which checks saved tensors in place of autograd)")
         return self.ensure(t)
 
     # --- leaving --------------------------------------------------------------------------------

@@ -244,14 +244,18 @@ print("peak", s["reserved_bytes.all.peak"], "recomputes", s.get("remat.recompute
 
 
 @pytest.mark.parametrize("task,batch", [("cnn", 64), ("transformer", 32)])
-def test_recompute_on_gpu_is_bit_identical_at_35_percent(task, batch):
-    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+def test_recompute_on_gpu_is_bit_identical_at_half_the_peak(task, batch):
+    # Half, not the 35% of the simulated-device tests: on the GPU more must stay resident
+    # (cuDNN workspaces; cuBLAS's, one per handle, so per thread: the forward's and the
+    # backward's). The small cuBLAS workspace setting keeps the latter from dominating
+    # these small models.
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
     free = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=repr("8GiB"),
                                               policy="none"), env=env)
     peak = int(free.splitlines()[-1].split()[1])
-    tight = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=int(0.35 * peak),
+    tight = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=int(0.5 * peak),
                                                policy="recompute"), env=env)
     assert training_record(tight) == training_record(free)
     last = tight.splitlines()[-1].split()
-    assert int(last[1]) <= int(0.35 * peak) and int(last[3]) > 0, last
+    assert int(last[1]) <= int(0.5 * peak) and int(last[3]) > 0, last
     assert "threads 1" in tight   # the backward thread went through the registry

@@ -10,7 +10,7 @@ allocator and its options are chosen once per process):
 
 Figures, all against the baseline's peak reserved bytes P at the task's default batch:
 
-  min budget  the smallest budget (fraction of P, bisection to ~1%) at which 3 steps train
+  min budget  the smallest budget (fraction of P, bisection to 2%) at which 3 steps train
   t@0.9, t@0.5  median step time at budgets 0.9 P and 0.5 P over the baseline's unconstrained
               step time (empty where the configuration cannot train at that budget)
   max batch   the largest batch that trains 2 steps under the budget P (doubling, then
@@ -132,7 +132,7 @@ class Worker:
             hi = 1.5
             if self.trial(int(hi * peak), self.batch, steps) is None:
                 return None
-        while hi - lo > 0.01:
+        while hi - lo > 0.02:
             mid = (lo + hi) / 2
             if self.trial(int(mid * peak), self.batch, steps) is None:
                 lo = mid
@@ -140,7 +140,7 @@ class Worker:
                 hi = mid
         return hi
 
-    def max_batch(self, budget: int, limit: int = 64) -> int:
+    def max_batch(self, budget: int, limit: int = 16) -> int:
         good, bad = 0, None
         n = self.batch
         while bad is None:
