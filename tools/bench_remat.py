@@ -15,8 +15,12 @@ Figures, all against the baseline's peak reserved bytes P at the task's default 
               step time (empty where the configuration cannot train at that budget)
   max batch   the largest batch that trains 2 steps under the budget P (doubling, then
               bisection; searched up to 8x the default), and its ratio to the baseline's
-  op overhead the registry's cost per aten op: step time with policy="recompute" and no
-              memory pressure minus the baseline's, over the ops in a step
+  A trial that takes more than 25x the unconstrained time (at least 20 s, scaled by the
+  batch) counts as not training: thrashing is not a usable setting.
+
+  op overhead the registry's cost per aten op: in the same process, unconstrained steps with
+              the registry on and off (alternated, fastest of three each), the difference
+              over the ops in a step; and the ratio of the two step times
 
     python tools/bench_remat.py                         # simulated device: mlp, cnn, transformer
     python tools/bench_remat.py --device cuda --tasks cnn transformer resnet50 gpt2
@@ -29,6 +33,7 @@ import argparse
 import gc
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +48,14 @@ CONFIGS = ("baseline", "checkpoint") + STRATEGIES
 
 
 # --- worker: one configuration, in its own process ------------------------------------------
+class TooSlow(Exception):
+    """A trial thrashed past its time limit: counted as not training at that setting."""
+
+
+def _too_slow(signum, frame):
+    raise TooSlow()
+
+
 class Worker:
     def __init__(self, task: str, config: str, device: str, batch: int) -> None:
         import pyalloc
@@ -88,8 +101,11 @@ class Worker:
         if self.dev == "cuda":
             self.torch.cuda.synchronize()
 
+    time_limit = 60.0   # seconds per trial; set from the unconstrained step time
+
     def trial(self, budget: int, batch: int, steps: int, warmup: int = 0) -> Optional[Dict[str, Any]]:
-        """Trains ``steps`` steps under ``budget``; None when it runs out of memory."""
+        """Trains ``steps`` steps under ``budget``; None when it runs out of memory or
+        thrashes (takes longer than ``time_limit``, about 25x the unconstrained steps)."""
         torch, engine = self.torch, self.engine
         gc.collect()
         self.pyalloc.empty_cache()
@@ -101,6 +117,10 @@ class Worker:
         rc0 = reg.recomputes if reg else 0
         model = opt = x = y = loss = None
         times: List[float] = []
+        signal.signal(signal.SIGALRM, _too_slow)
+        # Repeats each second: a TooSlow raised inside the eviction callback is contained
+        # there (nothing may cross into C++), so the next one must land elsewhere.
+        signal.setitimer(signal.ITIMER_REAL, self.time_limit * batch / self.batch, 1.0)
         try:
             model = self._model()
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -116,9 +136,10 @@ class Worker:
                 self.sync()
                 times.append(time.perf_counter() - start)
             ok = bool(torch.isfinite(loss).item())
-        except torch.OutOfMemoryError:
+        except (torch.OutOfMemoryError, TooSlow):
             ok = False
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             del model, opt, x, y, loss
             if getattr(self, "model", None) is not None:   # a failed trial leaves gradients
                 self.model.zero_grad(set_to_none=True)
@@ -134,6 +155,27 @@ class Worker:
             "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
             "ops_per_step": ((reg._ops - ops0) / steps) if reg else 0,
         }
+
+    def overhead_per_op(self, capacity: int, steps: int) -> Optional[Dict[str, float]]:
+        """The registry's cost per aten op, paired in this process: unconstrained steps with
+        the registry on and off, alternated three times, fastest of each."""
+        reg = self.registry.active()
+        if reg is None:
+            return None
+        on, off, ops = [], [], 0.0
+        for _ in range(3):
+            r = self.trial(capacity, self.batch, steps, warmup=1)
+            on.append(r["step_s"])
+            ops = r["ops_per_step"]
+            reg._hooks.__exit__(None, None, None)
+            reg.__exit__(None, None, None)
+            try:
+                off.append(self.trial(capacity, self.batch, steps, warmup=1)["step_s"])
+            finally:
+                reg.__enter__()
+                reg._hooks.__enter__()
+        return {"us_per_op": (min(on) - min(off)) / ops * 1e6, "ops_per_step": ops,
+                "step_on_s": min(on), "step_off_s": min(off)}
 
     def min_budget(self, peak: int, lo: float = 0.05, hi: float = 1.0, steps: int = 3) -> Optional[float]:
         if self.trial(int(hi * peak), self.batch, steps) is None:
@@ -172,8 +214,12 @@ def worker_main(args: argparse.Namespace) -> None:
     w = Worker(args.task, args.config, args.device, args.batch)
     unlimited = args.capacity
     out: Dict[str, Any] = {"task": args.task, "config": args.config, "device": w.device}
+    w.time_limit = 600.0
     free = w.trial(unlimited, args.batch, max(args.steps, 10), warmup=2)
     out["unconstrained"] = free
+    if free:   # a trial of up to ~6 steps may take 25x the unconstrained time, at least 20 s
+        w.time_limit = max(20.0, 25 * 6 * free["step_s"])
+    out["overhead"] = w.overhead_per_op(unlimited, max(args.steps, 6))
     peak = args.peak or (free["peak_reserved"] if free else None)
     out["peak"] = peak
     if peak:
@@ -207,7 +253,7 @@ def _ratio(a: Optional[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> str:
 
 def table(results: List[Dict[str, Any]]) -> str:
     rows = ["| model | config | min budget (of peak) | step time @0.9 | @0.5 | max batch @peak "
-            "(x baseline) | evictions/recomputes per step @0.5 | registry overhead per op |",
+            "(x baseline) | evictions/recomputes per step @0.5 | registry cost per op (step, no pressure) |",
             "|---|---|---|---|---|---|---|---|"]
     by_task: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for r in results:
@@ -228,10 +274,10 @@ def table(results: List[Dict[str, Any]]) -> str:
             per_step = (f"{at5['evictions_per_step']:.0f} / {at5['recomputes_per_step']:.0f}"
                         if at5 else "—")
             overhead = "—"
-            free = r.get("unconstrained")
-            if config in STRATEGIES and free and base_free and free["ops_per_step"]:
-                us = (free["step_s"] - base_free["step_s"]) / free["ops_per_step"] * 1e6
-                overhead = f"{us:.1f} µs ({free['ops_per_step']:.0f} ops/step)"
+            o = r.get("overhead")
+            if o:
+                overhead = (f"{o['us_per_op']:.1f} µs ({o['ops_per_step']:.0f} ops/step, "
+                            f"{o['step_on_s'] / o['step_off_s']:.2f}x)")
             batch = r.get("max_batch") or 0
             capped = "≥" if batch >= 8 * r.get("batch", 1) else ""
             rows.append(
