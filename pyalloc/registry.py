@@ -331,11 +331,7 @@ class Registry(TorchDispatchMode):
         for _ in range(3):
             for node in nodes:
                 if node.evicted:
-                    self._pin(node)
-                    try:
-                        self._restore(node)
-                    finally:
-                        self._unpin(node)
+                    self._restore_now(node)
             if not any(node.evicted for node in nodes):
                 for node in nodes:
                     self._pin(node)
@@ -428,16 +424,20 @@ class Registry(TorchDispatchMode):
         self.recomputes += 1
         self.recompute_ns += time.perf_counter_ns() - start
 
+    def _restore_now(self, node: _Node) -> None:
+        """Restores an evicted node for whoever needs it next (pinned only meanwhile)."""
+        self._pin(node)
+        try:
+            self._restore(node)
+        finally:
+            self._unpin(node)
+
     def ensure(self, t: torch.Tensor) -> torch.Tensor:
         """Makes ``t``'s storage resident (restoring it if evicted); returns ``t``."""
         node = self.by_key.get(_key(t))
         if node is not None and node.evicted:
             with _disable_current_modes():
-                self._pin(node)
-                try:
-                    self._restore(node)
-                finally:
-                    self._unpin(node)
+                self._restore_now(node)
         return t
 
     # --- bookkeeping ------------------------------------------------------------------------
@@ -507,11 +507,7 @@ class Registry(TorchDispatchMode):
                 self._forget(reader)   # nothing uses it: no need to keep it recomputable
                 continue
             if reader.evicted:
-                self._pin(reader)
-                try:
-                    self._restore(reader)
-                finally:
-                    self._unpin(reader)
+                self._restore_now(reader)
             self._freeze(reader)
         if node is not None:
             node.readers = []
@@ -725,11 +721,7 @@ class Registry(TorchDispatchMode):
         with _disable_current_modes():
             for node in list(self.nodes.values()):
                 if node.evicted and _storage_use_count(node.key) > 1:
-                    self._pin(node)
-                    try:
-                        self._restore(node)
-                    finally:
-                        self._unpin(node)
+                    self._restore_now(node)
 
 
 def _installed_device() -> Optional[str]:

@@ -55,6 +55,19 @@ print("params", _h.hexdigest())
 """
 
 
+# The same for everything training changes: parameters, buffers (BatchNorm's running
+# statistics) and the optimizer's state (named `opt`), on any device.
+STATE_DIGEST = """
+import hashlib as _hashlib
+_h = _hashlib.sha256()
+for _t in list(model.state_dict().values()) + [
+        _v for _s in opt.state_dict()["state"].values() for _v in _s.values()
+        if isinstance(_v, torch.Tensor)]:
+    _h.update(_t.detach().cpu().contiguous().numpy().tobytes())
+print("params", _h.hexdigest())
+"""
+
+
 def training_record(output: str) -> list:
     """The lines of a training script's output that must match bit for bit."""
     return [line for line in output.splitlines() if line.startswith(("loss", "params"))]

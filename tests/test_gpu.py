@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PARAM_DIGEST, run_in_subprocess, training_record
+from conftest import PARAM_DIGEST, STATE_DIGEST, run_in_subprocess, training_record
 
 pytestmark = pytest.mark.gpu
 
@@ -204,7 +204,7 @@ def test_trace_on_gpu_replays_to_the_same_peak(tmp_path):
 
 
 REMAT_RUN = """
-import hashlib, threading, torch, pyalloc
+import threading, torch, pyalloc
 pyalloc.install(device="cuda", budget={budget}, policy={policy!r})
 from pyalloc.models import TASKS
 from pyalloc import registry
@@ -234,10 +234,7 @@ for step in range(10):
     loss.backward()
     opt.step()
     print("loss", loss.item().hex())
-h = hashlib.sha256()
-for t in model.state_dict().values():
-    h.update(t.detach().cpu().contiguous().numpy().tobytes())
-print("params", h.hexdigest())   # parameters and buffers
+{digest}
 pyalloc.check_invariants()
 s = pyalloc.memory_stats()
 if reg is not None:
@@ -256,11 +253,11 @@ def test_recompute_on_gpu_is_bit_identical_at_half_the_peak(task, batch):
     # backward's). The small cuBLAS workspace setting keeps the latter from dominating
     # these small models.
     env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
-    free = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=repr("8GiB"),
-                                              policy="none", cudnn=False), env=env)
+    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST)
+    free = run_in_subprocess(REMAT_RUN.format(budget=repr("8GiB"), policy="none", **run), env=env)
     peak = int(free.splitlines()[-1].split()[1])
-    tight = run_in_subprocess(REMAT_RUN.format(task=task, batch=batch, budget=int(0.5 * peak),
-                                               policy="recompute", cudnn=False), env=env)
+    tight = run_in_subprocess(REMAT_RUN.format(budget=int(0.5 * peak), policy="recompute", **run),
+                              env=env)
     assert training_record(tight) == training_record(free)
     last = tight.splitlines()[-1].split()
     assert int(last[1]) <= int(0.5 * peak) and int(last[3]) > 0, last

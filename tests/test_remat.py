@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_in_subprocess
+from conftest import STATE_DIGEST, run_in_subprocess, training_record
 
 TRAIN = """
-import hashlib, torch, pyalloc
+import torch, pyalloc
 pyalloc.install(device="cpu", budget={budget!r}, policy={policy!r}, evict_strategy={strategy!r})
 from pyalloc.models import TASKS
 task = TASKS[{task!r}]
@@ -29,12 +29,7 @@ for step in range({steps}):
     loss.backward()
     opt.step()
     print("loss", loss.item().hex())
-digest = hashlib.sha256()
-for tensor in list(model.state_dict().values()) + [
-        v for s in opt.state_dict()["state"].values() for v in s.values()
-        if isinstance(v, torch.Tensor)]:
-    digest.update(tensor.detach().contiguous().numpy().tobytes())
-print("state", digest.hexdigest())
+{digest}
 pyalloc.check_invariants()
 s = pyalloc.memory_stats()
 print("peak_reserved", s["reserved_bytes.all.peak"])
@@ -48,9 +43,10 @@ BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}
 def train(task: str, budget, policy: str = "none", steps: int = 20, strategy: str = "window",
           batch: int | None = None) -> dict:
     out = run_in_subprocess(TRAIN.format(task=task, budget=budget, policy=policy, steps=steps,
-                                         strategy=strategy, batch=batch or BATCH[task]))
+                                         strategy=strategy, batch=batch or BATCH[task],
+                                         digest=STATE_DIGEST))
     lines = out.splitlines()
-    record = [line for line in lines if line.startswith(("loss", "state"))]
+    record = training_record(out)
     fields = dict(zip(*[iter(lines[-1].split())] * 2))
     return {"record": record, "peak": int(lines[-2].split()[1]),
             **{k: int(v) for k, v in fields.items()}}
