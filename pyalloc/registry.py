@@ -31,7 +31,6 @@ that calls it) or ``with pyalloc.recompute():`` around the steps that need it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -41,7 +40,6 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from .engine import Engine
 
-log = logging.getLogger("pyalloc")
 aten = torch.ops.aten
 
 _storage_use_count = torch._C._storage_Use_Count
@@ -355,8 +353,7 @@ class Registry(TorchDispatchMode):
         for node in nodes:
             self._unpin(node)
 
-    def _materialize(self, tree: Any, target: Optional[_Node], clones: Tuple[int, ...] = ()
-                     ) -> Tuple[Any, List[_Node]]:
+    def _materialize(self, tree: Any, target: Optional[_Node]) -> Tuple[Any, List[_Node]]:
         """``tree`` with every :class:`_Ref` rebuilt as a tensor on its (restored) storage;
         returns the pinned nodes. ``target`` is the storage a mutation step writes."""
         refs = [x for x in _leaves(tree) if isinstance(x, _Ref)]
