@@ -67,13 +67,9 @@ def memory_stats(device: Optional[int] = None) -> Dict[str, Any]:
     ``num_alloc_retries``, ...) it has ``utilization``, ``external_fragmentation``,
     ``largest_free_block`` and ``budget_bytes``. Every key is defined in docs/stats.md.
     """
-    stats = _engine(device).stats()
-    from . import registry
+    from .trace import _stats
 
-    if registry.active() is not None:   # install(policy="recompute")
-        for key, value in registry.active().stats().items():
-            stats["remat." + key] = value
-    return stats
+    return _stats(_engine(device))   # with the registry's counters under policy="recompute"
 
 
 def snapshot(device: Optional[int] = None) -> Dict[str, Any]:

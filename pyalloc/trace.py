@@ -26,8 +26,18 @@ def _resolve(engine: Union[Engine, int, None]) -> Engine:
     return _engine(engine)
 
 
+def _stats(engine: Engine) -> Dict[str, Any]:
+    """The engine's stats, with the registry's counters when policy="recompute" is on."""
+    stats = engine.stats()
+    from . import registry
+
+    if registry.active() is not None and registry.active().engine.handle == engine.handle:
+        stats.update({"remat." + k: v for k, v in registry.active().stats().items()})
+    return stats
+
+
 def _state(engine: Engine) -> Dict[str, Any]:
-    return {"snapshot": engine.snapshot(), "stats": engine.stats()}
+    return {"snapshot": engine.snapshot(), "stats": _stats(engine)}
 
 
 def save_snapshot(path: Union[str, "os.PathLike[str]"],
@@ -39,7 +49,7 @@ def save_snapshot(path: Union[str, "os.PathLike[str]"],
     """
     eng = _resolve(engine)
     doc = {"format": files.SNAPSHOT, "version": files.VERSION, "time": files.now_iso(),
-           **eng.snapshot(), "stats": eng.stats()}
+           **eng.snapshot(), "stats": _stats(eng)}
     return str(files.save(path, doc))
 
 

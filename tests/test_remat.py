@@ -135,6 +135,9 @@ engine.set_budget(2 << 30)
 for step in range(2):
     opt.zero_grad(); loss = task.loss(model, x, y); loss.backward(); opt.step()
 print("recovered", torch.isfinite(loss).item())
+import json, tempfile, os
+path = pyalloc.save_snapshot(os.path.join(tempfile.mkdtemp(), "snap.json"))
+print("snapshot has remat counters", "remat.recomputes" in json.load(open(path))["stats"])
 """
 
 
@@ -142,6 +145,7 @@ def test_budget_below_the_minimum_fails_cleanly_and_keeps_training_state():
     out = run_in_subprocess(OOM)
     assert "oom: pyalloc: out of memory" in out
     assert "recovered True" in out
+    assert "snapshot has remat counters True" in out   # so pyalloc-stats report shows them
 
 
 UNIT = """

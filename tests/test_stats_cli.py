@@ -452,6 +452,19 @@ def test_watch_once_shows_the_published_stats(tmp_path, capsys, engine):
     engine.free(ptr)
 
 
+def test_watch_shows_rematerialization_counters_when_present(tmp_path, capsys, engine):
+    stats = {**engine.stats(), "remat.evictions": 7, "remat.eager_evictions": 3,
+             "remat.recomputes": 9, "remat.recompute_ns": 2_500_000_000,
+             "remat.evicted_bytes": 4 * MiB}
+    publish(tmp_path / "stats.json", stats)
+    code, out, _ = run_cli(capsys, "watch", str(tmp_path / "stats.json"), "--once")
+    assert code == 0
+    assert "7 / 3" in out and "9 (2.50 s)" in out and "4.00 MiB" in out
+    publish(tmp_path / "plain.json", engine.stats())   # no policy: no such rows
+    code, out, _ = run_cli(capsys, "watch", str(tmp_path / "plain.json"), "--once")
+    assert "recomputes" not in out
+
+
 def test_watch_by_pid_reads_the_temp_file_and_counts_frames(capsys):
     path = stats_path_for_pid(os.getpid())
     try:

@@ -22,7 +22,7 @@ BLOCK_STATES = (ALLOCATED, AWAITING, FREE)
 RECLAIM_COUNTERS = ("num_alloc_retries", "num_ooms", "num_stream_fences", "num_device_alloc",
                     "num_device_free", "num_sync_all_streams", "num_invalid_frees")
 # Later policies add their own counters; show whichever of them a file has.
-POLICY_COUNTER_PREFIXES = ("num_evict", "num_recompute", "num_swap", "num_stitch")
+POLICY_COUNTER_PREFIXES = ("num_evict", "num_recompute", "num_swap", "num_stitch", "remat.")
 
 REQUIRED_COLUMNS = ("t_ns", "action", "address", "size")
 

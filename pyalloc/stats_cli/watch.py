@@ -144,6 +144,14 @@ def frame_sections(doc: Dict[str, Any], path: Path, history: List[int],
         ("OOMs", str(s.get("num_ooms", "-"))),
         ("allocated over the watch", f"{sparkline(history)}  max {format_bytes(max(history))}"),
     ]
+    if "remat.recomputes" in s:   # policy="recompute" (docs/stats.md)
+        rows[-1:-1] = [
+            ("evictions (engine / eager)",
+             f"{s.get('remat.evictions', 0)} / {s.get('remat.eager_evictions', 0)}"),
+            ("recomputes", f"{s['remat.recomputes']} "
+                           f"({s.get('remat.recompute_ns', 0) / 1e9:.2f} s)"),
+            ("evicted now", format_bytes(s.get("remat.evicted_bytes"))),
+        ]
     notes = []
     if running is False:
         notes.append(f"process {pid} is not running: these are its last stats, "
