@@ -476,7 +476,13 @@ class Registry(TorchDispatchMode):
 
     @staticmethod
     def _has_readers(node: _Node) -> bool:
-        return any(r() is not None for r in node.readers)
+        """Whether a recorded op that may still be replayed reads ``node`` (a frozen or
+        forgotten reader has dropped its lineage, so it never will)."""
+        for ref in node.readers:
+            reader = ref()
+            if reader is not None and reader.steps is not None:
+                return True
+        return False
 
     def _forget(self, node: _Node) -> None:
         self._unmark(node)
