@@ -367,6 +367,65 @@ char* pyalloc_engine_trace_drain(pyalloc_engine* engine) {
 
 void pyalloc_set_trace_context(uint32_t context) { pyalloc::TraceRing::set_thread_context(context); }
 
+// --- swap (allocator/src/swap.h) ---
+
+int pyalloc_engine_set_host_pool(pyalloc_engine* engine, uint64_t bytes) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err = engine->set_host_pool(bytes);
+  return err.empty() ? 0 : fail(err);
+}
+
+int pyalloc_engine_swap_out(pyalloc_engine* engine, void* ptr, size_t bytes, uintptr_t stream,
+                            uint64_t* slot) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!slot) return fail("slot is NULL");
+  std::string err;
+  int rc = engine->swap_out(ptr, bytes, stream, slot, &err);
+  if (rc != Engine::kSwapOk) fail(err);
+  return rc;
+}
+
+int pyalloc_engine_swap_in(pyalloc_engine* engine, uint64_t slot, void* ptr, uintptr_t stream) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err;
+  int rc = engine->swap_in(slot, ptr, stream, &err);
+  if (rc != Engine::kSwapOk) fail(err);
+  return rc;
+}
+
+int pyalloc_engine_swap_wait(pyalloc_engine* engine, uint64_t slot, uintptr_t stream) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err = engine->swap_wait(slot, stream);
+  return err.empty() ? 0 : fail(err);
+}
+
+int pyalloc_engine_swap_ready(pyalloc_engine* engine, uint64_t slot) {
+  if (!engine) return fail("engine handle is NULL"), -1;
+  return engine->swap_ready(slot) ? 1 : 0;
+}
+
+int pyalloc_engine_swap_release(pyalloc_engine* engine, uint64_t slot) {
+  PYALLOC_CHECK_ENGINE(engine);
+  std::string err = engine->swap_release(slot);
+  return err.empty() ? 0 : fail(err);
+}
+
+int pyalloc_engine_swap_stream(pyalloc_engine* engine, int to_host, uintptr_t* out) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!out) return fail("out is NULL");
+  *out = engine->swap_stream(to_host != 0);
+  return *out ? 0 : fail("could not create the swap copy streams: " + engine->backend().last_error());
+}
+
+int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!out) return fail("out is NULL");
+  *out = engine->unallocated_bytes();
+  return 0;
+}
+
+void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(may_evict != 0); }
+
 int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out) {
   PYALLOC_CHECK_ENGINE(engine);
   if (!out) return fail("out is NULL");

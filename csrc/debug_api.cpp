@@ -83,6 +83,13 @@ int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t stream, unsig
   return host->set_stream_delay_us(stream, delay_us) ? 0 : fail(host->last_error());
 }
 
+int pyalloc_sim_fail_copies(pyalloc_engine* engine, unsigned count) {
+  pyalloc::HostBackend* host = host_backend(engine);
+  if (!host) return fail("pyalloc_sim_fail_copies needs an engine on the simulated device");
+  host->fail_next_copies(count);
+  return 0;
+}
+
 int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t seed,
                    size_t max_size, uint64_t check_every) {
   if (!engine) return fail("engine handle is NULL");

@@ -94,6 +94,33 @@ PYALLOC_API void pyalloc_set_trace_context(uint32_t context);
 PYALLOC_API int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out);
 PYALLOC_API int pyalloc_engine_stream_destroy(pyalloc_engine* engine, uintptr_t stream);
 
+/* Swap (allocator/src/swap.h). The host pool is allocated once (pinned on CUDA). swap_out
+ * starts copying the first `bytes` of the block at ptr into a new host slot after the work
+ * enqueued on `stream` (the compute stream) so far; the block may be freed at once and is
+ * reused only after the copy. swap_in starts copying a slot back into the block at ptr;
+ * swap_wait makes `stream` wait for that copy (on the simulated device's stream 0 it
+ * blocks). A slot stays a valid copy until swap_release. swap_out and swap_in return 0,
+ * 1 (bad argument), PYALLOC_HOST_FULL or PYALLOC_COPY_FAILED. */
+#define PYALLOC_HOST_FULL 3
+#define PYALLOC_COPY_FAILED 4
+PYALLOC_API int pyalloc_engine_set_host_pool(pyalloc_engine* engine, uint64_t bytes);
+PYALLOC_API int pyalloc_engine_swap_out(pyalloc_engine* engine, void* ptr, size_t bytes,
+                                        uintptr_t stream, uint64_t* slot);
+PYALLOC_API int pyalloc_engine_swap_in(pyalloc_engine* engine, uint64_t slot, void* ptr,
+                                       uintptr_t stream);
+PYALLOC_API int pyalloc_engine_swap_wait(pyalloc_engine* engine, uint64_t slot, uintptr_t stream);
+/* 1 when the slot's copies have completed, 0 if not, -1 on a NULL engine. */
+PYALLOC_API int pyalloc_engine_swap_ready(pyalloc_engine* engine, uint64_t slot);
+PYALLOC_API int pyalloc_engine_swap_release(pyalloc_engine* engine, uint64_t slot);
+/* The engine's device-to-host (to_host != 0) or host-to-device copy stream. */
+PYALLOC_API int pyalloc_engine_swap_stream(pyalloc_engine* engine, int to_host, uintptr_t* out);
+/* budget - allocated bytes: what a new allocation can take without evicting (before
+ * fragmentation). */
+PYALLOC_API int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out);
+/* 0: allocations on the calling thread never evict (they fail instead, without counting
+ * as an OOM); a prefetch uses it so that it cannot push out what is needed sooner. */
+PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);
+
 /* The process-wide engines behind group 1. Configure once; engines are created per
  * device on first use. Fails if already installed with a different backend. */
 PYALLOC_API int pyalloc_install(const char* backend, const char* options);
@@ -107,6 +134,8 @@ PYALLOC_API pyalloc_engine* pyalloc_installed_engine(int device);
 PYALLOC_API int pyalloc_sim_fill_async(pyalloc_engine* engine, uintptr_t stream, void* ptr, size_t bytes,
                            int value);
 PYALLOC_API int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t stream, unsigned delay_us);
+/* Simulated device only: the next `count` async copies fail to start (fault injection). */
+PYALLOC_API int pyalloc_sim_fail_copies(pyalloc_engine* engine, unsigned count);
 /* Multi-threaded randomized stress: `threads` threads doing `ops` operations in total,
  * sizes log-uniform in [1, max_size], every block pattern-checked before it is freed,
  * invariants checked every `check_every` operations (0: only at the end).

@@ -11,11 +11,13 @@ import json
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _lib
-from .errors import OutOfMemoryError, PyallocError
+from .errors import HostPoolFullError, OutOfMemoryError, PyallocError, SwapCopyError
 from .options import Budget, build_options
 
 _SIZE_MAX = (1 << 64) - 1
 _OOM = 2  # PYALLOC_OOM in csrc/pyalloc_c.h
+_HOST_FULL = 3  # PYALLOC_HOST_FULL
+_COPY_FAILED = 4  # PYALLOC_COPY_FAILED
 
 
 def _pointer(ptr: object) -> int:
@@ -39,6 +41,10 @@ def _byte_count(name: str, value: object, minimum: int = 0) -> int:
 def _check(rc: int) -> None:
     if rc == _OOM:
         raise OutOfMemoryError(_lib.last_error())
+    if rc == _HOST_FULL:
+        raise HostPoolFullError(_lib.last_error())
+    if rc == _COPY_FAILED:
+        raise SwapCopyError(_lib.last_error())
     if rc != 0:
         raise PyallocError(_lib.last_error())
 
@@ -127,6 +133,57 @@ class Engine:
     def set_stream_delay(self, stream: int, microseconds: int) -> None:
         """Simulated device: every task on ``stream`` first sleeps this long."""
         _check(_lib.lib().pyalloc_sim_set_stream_delay(self.handle, stream, microseconds))
+
+    def fail_copies(self, count: int) -> None:
+        """Simulated device: the next ``count`` async copies fail to start (fault tests)."""
+        _check(_lib.lib().pyalloc_sim_fail_copies(self.handle, _byte_count("count", count)))
+
+    # --- swap (allocator/src/swap.h; used by the tensor registry) ----------------------
+    def set_host_pool(self, nbytes: int) -> None:
+        """Allocates the host pool for swapped-out copies, once (pinned on CUDA). Later
+        calls keep the existing pool."""
+        _check(_lib.lib().pyalloc_engine_set_host_pool(self.handle,
+                                                      _byte_count("host pool", nbytes, 1)))
+
+    def swap_out(self, ptr: int, nbytes: int, stream: int = 0) -> int:
+        """Starts copying ``nbytes`` at ``ptr`` to a new host slot after the work enqueued on
+        ``stream`` so far; returns the slot. ``ptr`` may be freed at once: the engine reuses
+        it only after the copy. Raises HostPoolFullError or SwapCopyError."""
+        slot = ctypes.c_uint64()
+        _check(_lib.lib().pyalloc_engine_swap_out(self.handle, _pointer(ptr),
+                                                  _byte_count("nbytes", nbytes), stream,
+                                                  ctypes.byref(slot)))
+        return slot.value
+
+    def swap_in(self, slot: int, ptr: int, stream: int = 0) -> None:
+        """Starts copying ``slot`` back into the block at ``ptr``; see :meth:`swap_wait`."""
+        _check(_lib.lib().pyalloc_engine_swap_in(self.handle, slot, _pointer(ptr), stream))
+
+    def swap_wait(self, slot: int, stream: int = 0) -> None:
+        """Work enqueued on ``stream`` from now on waits for ``slot``'s swap-in (on the
+        simulated device's stream 0, this call waits)."""
+        _check(_lib.lib().pyalloc_engine_swap_wait(self.handle, slot, stream))
+
+    def swap_ready(self, slot: int) -> bool:
+        """Whether ``slot``'s copies have completed."""
+        return _lib.lib().pyalloc_engine_swap_ready(self.handle, slot) == 1
+
+    def swap_release(self, slot: int) -> None:
+        """Gives ``slot``'s host memory back (once its copies are done)."""
+        _check(_lib.lib().pyalloc_engine_swap_release(self.handle, slot))
+
+    def swap_stream(self, to_host: bool) -> int:
+        """The engine's device-to-host (``to_host``) or host-to-device copy stream."""
+        out = ctypes.c_size_t()
+        _check(_lib.lib().pyalloc_engine_swap_stream(self.handle, int(bool(to_host)),
+                                                     ctypes.byref(out)))
+        return out.value
+
+    def unallocated(self) -> int:
+        """budget - allocated bytes: what can be allocated without evicting."""
+        out = ctypes.c_uint64()
+        _check(_lib.lib().pyalloc_engine_unallocated(self.handle, ctypes.byref(out)))
+        return out.value
 
     # --- introspection ------------------------------------------------------------------
     def stats(self) -> Dict[str, Any]:

@@ -19,3 +19,12 @@ class OutOfMemoryError(_TorchOOM):
     it. The message is pyalloc's report: the request, the budget, allocated, cached and
     fragmented bytes, and the option most likely to help.
     """
+
+
+class HostPoolFullError(PyallocError):
+    """A swap-out found no room in the host pool (option ``host_pool``)."""
+
+
+class SwapCopyError(PyallocError):
+    """The device refused to start a swap copy. Nothing was lost: a failed swap-out leaves
+    the device block as it was, a failed swap-in leaves the host copy intact."""

@@ -90,7 +90,10 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         ``policy="recompute"`` turns on rematerialization for the thread that calls
         ``install()`` (activations are evicted when memory is short and recomputed on
         use; see :mod:`pyalloc.registry`), tuned by ``evict_strategy``,
-        ``evict_threshold``, ``min_evictable`` and ``remat_cost``.
+        ``evict_threshold``, ``min_evictable`` and ``remat_cost``. ``policy="swap"``
+        copies them to a host pool on side streams instead (``host_pool``,
+        ``prefetch``); ``policy="hybrid"`` swaps what the copy can hide and recomputes
+        the rest.
 
     Returns
     -------
@@ -122,10 +125,10 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         _install_cpu(text)
     _installed_device = resolved
     chosen = effective(text)
-    if chosen["policy"] == "recompute":
+    if chosen["policy"] != "none":
         from . import registry
 
-        registry.enable(min_bytes=int(chosen["min_evictable"]), cost=chosen["remat_cost"])
+        registry.enable()   # its settings come from the engine's options
     stats_file = stats_file or os.environ.get("PYALLOC_STATS_FILE")
     if stats_file:
         from .publish import StatsPublisher

@@ -25,12 +25,31 @@ How it fits together (docs/design.md, "Rematerialization"):
   ``torch.use_deterministic_algorithms(True)``), storages written by an op the lineage
   cannot replay. A storage is pinned while an op or a replay uses it.
 
-Two ways in: ``pyalloc.install(policy="recompute")`` (for the whole process, on the thread
-that calls it) or ``with pyalloc.recompute():`` around the steps that need it.
+Swapping (``policy="swap"`` or ``"hybrid"``; docs/design.md, "Swap"):
+
+* An evicted storage may instead be copied to the engine's host pool on a side stream
+  (allocator/src/swap.h) before it is freed; the engine reuses the device block only once
+  the copy is done. It comes back by a copy on another side stream. A storage with no
+  lineage left (frozen) can still be swapped: its bytes are copied, not recomputed.
+* After a swap-in the host copy stays valid until the storage is written, so evicting it
+  again costs no copy.
+* ``hybrid`` swaps a storage when both copies fit in the time between its last forward use
+  and its first backward use, as measured in the previous iteration, and recomputes it
+  otherwise (Capuchin). With no history yet, it swaps.
+* Prefetch: backward uses saved activations in about the reverse order of forward. The
+  order of the previous iteration is kept, and each unpack starts the swap-in of the next
+  few (option ``prefetch``), never evicting for them; the use waits for the copy only then.
+* If the host pool is full, a storage with lineage is recomputed instead; a failed copy
+  leaves the device block (swap-out) or the host copy (swap-in) as it was.
+
+Two ways in: ``pyalloc.install(policy=...)`` (for the whole process, on the thread that
+calls it) or ``with pyalloc.recompute(policy=...):`` around the steps that need it.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import time
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -38,9 +57,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from . import _lib
 from .engine import Engine
+from .errors import HostPoolFullError, PyallocError, SwapCopyError
 
 aten = torch.ops.aten
+log = logging.getLogger("pyalloc")
+
+POLICIES = ("recompute", "swap", "hybrid")
 
 _storage_use_count = torch._C._storage_Use_Count
 
@@ -150,7 +174,9 @@ class _Node:
     """A registered storage: its lineage, whether it is resident, and its pins."""
 
     __slots__ = ("handle", "storage", "key", "nbytes", "device", "steps", "cost", "version",
-                 "readers", "aliases", "evicted", "frozen", "pins", "marked", "__weakref__")
+                 "readers", "aliases", "evicted", "frozen", "fixed", "pins", "marked",
+                 "slot", "clean", "arriving", "prefetched", "ordinal", "last_use_ns",
+                 "bwd_seen", "__weakref__")
 
     def __init__(self, handle: int, t: torch.Tensor, steps: List[_Step], cost: float) -> None:
         self.handle = handle
@@ -164,9 +190,18 @@ class _Node:
         self.readers: List[weakref.ref] = []   # nodes recorded from the current contents
         self.aliases: List[weakref.ref] = []   # tensors seen on it; their deaths are news
         self.evicted = False
-        self.frozen = False         # lineage invalid: never evicted again
+        self.frozen = False         # lineage invalid: never recomputed again
+        self.fixed = False          # cannot be freed at all (not resizable)
         self.pins = 0               # ops and replays using it now
         self.marked = False         # evictable in the engine right now
+        # Swapping (policy swap/hybrid).
+        self.slot = 0               # the engine's host slot holding a copy, or 0
+        self.clean = False          # that copy equals the contents (no write since)
+        self.arriving = False       # resident, but the swap-in may still be in flight
+        self.prefetched = False     # brought back ahead of use, not used yet
+        self.ordinal = -1           # creation index within the iteration (forward only)
+        self.last_use_ns = 0        # host clock of its last forward use (hybrid)
+        self.bwd_seen = False       # backward has used it this iteration
 
 
 def _flops(func: Any, args: Any, outputs: List[torch.Tensor]) -> float:
@@ -201,17 +236,43 @@ class Registry(TorchDispatchMode):
         op's bytes and FLOPs, deterministic and meaningful on an asynchronous GPU;
         ``"time"`` measures the op on the host clock (meaningful only where ops are
         synchronous, the simulated device); ``"bytes"`` is the output's size.
+    policy : {"recompute", "swap", "hybrid"}
+        How an evicted storage comes back (see the module doc). ``swap`` and ``hybrid``
+        need the engine's host pool (:meth:`Engine.set_host_pool`; :func:`enable` sets it).
+    prefetch : int
+        swap/hybrid: how many swapped-out storages each backward use brings back ahead.
     """
 
-    def __init__(self, engine: Engine, min_bytes: int = 64 << 10, cost: str = "model") -> None:
+    def __init__(self, engine: Engine, min_bytes: int = 64 << 10, cost: str = "model",
+                 policy: str = "recompute", prefetch: int = 4) -> None:
         super().__init__()
         if cost not in ("model", "time", "bytes"):
             raise ValueError(f'cost must be "model", "time" or "bytes", not {cost!r}')
         if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
             raise ValueError(f"min_bytes must be a non-negative int, got {min_bytes!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+            raise ValueError(f"prefetch must be a non-negative int, got {prefetch!r}")
         self.engine = engine
         self.min_bytes = min_bytes
         self.cost_model = cost
+        self.policy = policy
+        self.can_swap = policy != "recompute"
+        self.prefetch_depth = prefetch if self.can_swap else 0
+        self.copy_bw = 0.0          # bytes/s of one swap copy (calibrate_copies)
+        # What the previous iteration did, by creation ordinal (swap/hybrid): the order
+        # backward first used each storage (for prefetch), and the time from its last
+        # forward use to that first backward use (for hybrid's choice).
+        self._ordinal = 0
+        self._by_ordinal: Dict[int, _Node] = {}
+        self._in_backward = False
+        self._order_cur: List[int] = []
+        self._order_prev: List[int] = []
+        self._pos_prev: Dict[int, int] = {}
+        self._gaps_cur: Dict[Tuple[int, int], int] = {}
+        self._gaps_prev: Dict[Tuple[int, int], int] = {}
+        self._track_times = policy == "hybrid"
         self.nodes: Dict[int, _Node] = {}      # handle -> node, in creation order
         self.by_key: Dict[int, _Node] = {}     # StorageImpl address -> node
         # Storages that are not nodes but were read by recorded ops: the readers to
@@ -231,6 +292,18 @@ class Registry(TorchDispatchMode):
         self.recomputes = 0
         self.recompute_ns = 0
         self.frozen = 0
+        self.swap_outs = 0          # copies to the host pool
+        self.swap_out_bytes = 0
+        self.swap_ins = 0           # copies back (on use or prefetched)
+        self.swap_in_bytes = 0
+        self.swap_wait_ns = 0       # host time spent waiting for swap-ins
+        self.swap_fallbacks = 0     # host pool full: dropped for recompute instead
+        self.swap_failures = 0      # copies the device refused to start
+        self.prefetches = 0         # swap-ins started ahead of use
+        self.prefetch_hits = 0      # ... used before being evicted again
+        self.prefetch_ready = 0     # ... whose copy had finished by the use
+        self.chose_swap = 0         # hybrid: evictions routed to swap
+        self.chose_recompute = 0    # ... and to recompute
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -242,7 +315,7 @@ class Registry(TorchDispatchMode):
     # --- statistics -----------------------------------------------------------------------
     def stats(self) -> Dict[str, int]:
         resident = sum(1 for n in self.nodes.values() if not n.evicted)
-        return {
+        out = {
             "evictions": self.evictions,
             "eager_evictions": self.eager_evictions,
             "recomputes": self.recomputes,
@@ -252,6 +325,24 @@ class Registry(TorchDispatchMode):
             "resident_nodes": resident,
             "evicted_bytes": sum(n.nbytes for n in self.nodes.values() if n.evicted),
         }
+        if self.can_swap:
+            out.update({
+                "swap_outs": self.swap_outs,
+                "swap_out_bytes": self.swap_out_bytes,
+                "swap_ins": self.swap_ins,
+                "swap_in_bytes": self.swap_in_bytes,
+                "swap_wait_ns": self.swap_wait_ns,
+                "swap_fallbacks": self.swap_fallbacks,
+                "swap_failures": self.swap_failures,
+                "prefetches": self.prefetches,
+                "prefetch_hits": self.prefetch_hits,
+                "prefetch_ready": self.prefetch_ready,
+                "chose_swap": self.chose_swap,
+                "chose_recompute": self.chose_recompute,
+                "swapped_bytes": sum(n.nbytes for n in self.nodes.values()
+                                     if n.evicted and n.clean),
+            })
+        return out
 
     # --- the engine's side ----------------------------------------------------------------
     def evict(self, handles: List[int]) -> int:
@@ -271,25 +362,65 @@ class Registry(TorchDispatchMode):
             self._sweep(drop=False)
         return done
 
-    def _evict(self, node: _Node) -> bool:
-        if node.evicted or node.frozen or node.pins or node.steps is None:
+    def _route(self, node: _Node, eager: bool = False) -> Optional[str]:
+        """How ``node`` would be evicted: "free" (its host copy is clean), "swap", "drop"
+        (recompute later), or None (it cannot be)."""
+        if node.clean:
+            return "free"
+        if node.steps is None:
+            return "swap" if self.can_swap else None
+        if self.policy == "recompute" or eager:   # eager: a copy would likely be wasted
+            return "drop"
+        if self.policy == "swap":
+            return "swap"
+        gap = self._gaps_prev.get((node.ordinal, node.nbytes))   # hybrid
+        if gap is None or 2 * node.nbytes * 1e9 <= gap * self.copy_bw:
+            self.chose_swap += 1
+            return "swap"
+        self.chose_recompute += 1
+        return "drop"
+
+    def _evict(self, node: _Node, eager: bool = False) -> bool:
+        if node.evicted or node.pins or node.fixed:
             return False
+        route = self._route(node, eager)
+        if route is None:
+            return False
+        if route == "swap" and not self._swap_out(node):
+            if node.steps is None:
+                return False
+            route = "drop"
         try:
             node.storage.resize_(0)   # frees through the engine; tensors and views stay valid
         except RuntimeError:          # not resizable (e.g. external memory): keep it
+            self._drop_copy(node)
+            node.fixed = True
             self._freeze(node)
             return False
         node.evicted = True
+        node.arriving = node.prefetched = False
         node.marked = False
         return True
 
+    def _eviction_cost(self, node: _Node) -> float:
+        """What evicting ``node`` costs later, in the cost model's unit: its recompute, or
+        moving its bytes (out and back in, or only back in when the host copy is clean)."""
+        if not self.can_swap:
+            return node.cost
+        moved = float(node.nbytes if node.clean else 2 * node.nbytes)
+        if self.cost_model == "time":
+            moved = moved / max(self.copy_bw, 1.0) * 1e9
+        if node.steps is None or self.policy == "swap":
+            return moved
+        return min(moved, node.cost)
+
     def _mark(self, node: _Node) -> None:
         """Offers ``node`` to the engine as evictable if it can be (also a 'use')."""
-        if node.pins or node.evicted or node.frozen or node.steps is None:
+        if node.pins or node.evicted or node.fixed or (node.steps is None and not self.can_swap):
             return
         ptr = node.storage.data_ptr()
         if ptr:
-            self.engine.set_evictable(ptr, node.handle, node.cost)
+            self.engine.set_evictable(ptr, node.handle, self._eviction_cost(node))
             node.marked = True
 
     def _unmark(self, node: _Node) -> None:
@@ -315,6 +446,172 @@ class Registry(TorchDispatchMode):
             node.frozen = True
             node.steps = None   # releases its inputs
             self.frozen += 1
+            self._mark(node)    # it can still be swapped
+
+    # --- swapping -------------------------------------------------------------------------
+    def _stream(self) -> int:
+        """The compute stream the copies order against (the simulated device's is 0)."""
+        if self._device_type == "cuda":
+            return torch.cuda.current_stream().cuda_stream
+        return 0
+
+    def _swap_out(self, node: _Node) -> bool:
+        """Starts copying ``node`` to the host pool; False if it cannot be (pool full, or a
+        copy the device refused), with nothing changed."""
+        for attempt in range(2):
+            try:
+                node.slot = self.engine.swap_out(node.storage.data_ptr(), node.nbytes,
+                                                 self._stream())
+                break
+            except HostPoolFullError:
+                if attempt == 0 and self._shed_copies(node.nbytes):
+                    continue   # clean copies of resident storages made room
+                self.swap_fallbacks += 1
+                return False
+            except SwapCopyError as e:
+                self.swap_failures += 1
+                log.warning("pyalloc: %s; the tensor stays on the device", e)
+                return False
+        node.clean = True
+        self.swap_outs += 1
+        self.swap_out_bytes += node.nbytes
+        return True
+
+    def _swap_in(self, node: _Node, wait: bool, allocated: bool = False) -> None:
+        """Brings ``node`` back from its host copy (the caller pinned it or owns it); with
+        ``wait``, the compute stream waits for the copy now, else at the first use.
+        ``allocated``: the caller already gave the storage its memory."""
+        if not allocated:
+            node.storage.resize_(node.nbytes)
+        try:
+            self.engine.swap_in(node.slot, node.storage.data_ptr(), self._stream())
+        except SwapCopyError:
+            node.storage.resize_(0)   # still evicted; the host copy is intact
+            self.swap_failures += 1
+            raise
+        node.evicted = False
+        self.swap_ins += 1
+        self.swap_in_bytes += node.nbytes
+        node.arriving = True
+        if wait:
+            self._arrive(node)
+
+    def _arrive(self, node: _Node) -> None:
+        """The compute stream waits for ``node``'s swap-in (on the simulated device, the
+        host does)."""
+        if node.prefetched:
+            node.prefetched = False
+            self.prefetch_hits += 1
+            if self.engine.swap_ready(node.slot):
+                self.prefetch_ready += 1
+        start = time.perf_counter_ns()
+        self.engine.swap_wait(node.slot, self._stream())
+        self.swap_wait_ns += time.perf_counter_ns() - start
+        node.arriving = False
+
+    def _drop_copy(self, node: _Node) -> None:
+        """Releases ``node``'s host copy (its contents are about to change, or it is
+        forgotten). Never for an evicted node that is still needed: that copy is its data."""
+        if node.slot:
+            self.engine.swap_release(node.slot)
+            node.slot = 0
+            node.clean = False
+
+    def _shed_copies(self, needed: int) -> bool:
+        """Releases clean host copies of resident storages (they only save a copy) until
+        ``needed`` bytes are freed; True if any was released."""
+        freed = 0
+        for node in self.nodes.values():
+            if node.slot and not node.evicted and not node.arriving:
+                freed += node.nbytes
+                self._drop_copy(node)
+                self._unmark(node)
+                self._mark(node)   # its cost went up
+                if freed >= needed:
+                    break
+        return freed > 0
+
+    def _prefetch_after(self, node: _Node) -> None:
+        """Starts bringing back the storages backward is expected to use after ``node``:
+        the previous iteration's order, else reverse creation order. Stops at the first one
+        that does not fit without evicting."""
+        if node.ordinal < 0:
+            return
+        pos = self._pos_prev.get(node.ordinal)
+        if pos is not None:
+            ahead = self._order_prev[pos + 1:pos + 1 + self.prefetch_depth]
+        else:
+            ahead = range(node.ordinal - 1, max(-1, node.ordinal - 1 - self.prefetch_depth), -1)
+        lib = _lib.lib()
+        for ordinal in ahead:
+            other = self._by_ordinal.get(ordinal)
+            if other is None or not other.evicted or not other.clean or other.pins:
+                continue
+            if self.engine.unallocated() < other.nbytes:
+                return
+            lib.pyalloc_set_thread_may_evict(0)
+            try:
+                other.storage.resize_(other.nbytes)   # fails rather than evict
+            except RuntimeError:   # torch.OutOfMemoryError too: no room without evicting
+                return
+            finally:
+                lib.pyalloc_set_thread_may_evict(1)
+            try:
+                self._swap_in(other, wait=False, allocated=True)
+            except SwapCopyError:
+                return
+            other.prefetched = True
+            self.prefetches += 1
+            self._mark(other)   # resident and clean: cheap to evict again if needed
+
+    def _backward_use(self, node: _Node) -> None:
+        """Backward unpacked ``node``: learn the order and (hybrid) the forward-to-backward
+        gap, for the next iteration."""
+        if not self._in_backward:
+            try:   # the end of this backward ends the iteration
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_iteration)
+                self._in_backward = True
+            except RuntimeError:
+                return   # unpacked outside a backward pass: nothing to learn
+        if not node.bwd_seen and node.ordinal >= 0:
+            node.bwd_seen = True
+            self._order_cur.append(node.ordinal)
+            if node.last_use_ns:
+                self._gaps_cur[(node.ordinal, node.nbytes)] = (time.perf_counter_ns()
+                                                              - node.last_use_ns)
+
+    def _end_iteration(self) -> None:
+        self._in_backward = False
+        if self._order_cur:
+            self._order_prev, self._order_cur = self._order_cur, []
+            self._pos_prev = {o: i for i, o in enumerate(self._order_prev)}
+            self._gaps_prev, self._gaps_cur = self._gaps_cur, {}
+        self._ordinal = 0
+        self._by_ordinal = {}
+
+    def calibrate_copies(self, nbytes: int = 8 << 20) -> float:
+        """Measures one swap copy's bandwidth (bytes/s) on this device: the hybrid policy
+        compares copy time with compute time."""
+        device = torch.device("cuda", torch.cuda.current_device()) \
+            if self._device_type == "cuda" else torch.device("cpu")
+        with _disable_current_modes():
+            buf = torch.ones(nbytes, dtype=torch.uint8, device=device)
+            stream = self._stream()
+            best = float("inf")
+            for _ in range(3):   # the first round also faults the host pages in
+                self.engine.synchronize()
+                start = time.perf_counter_ns()
+                slot = self.engine.swap_out(buf.data_ptr(), nbytes, stream)
+                self.engine.synchronize()
+                mid = time.perf_counter_ns()
+                self.engine.swap_in(slot, buf.data_ptr(), stream)
+                self.engine.synchronize()
+                end = time.perf_counter_ns()
+                self.engine.swap_release(slot)
+                best = min(best, max(mid - start, end - mid))
+            del buf
+        self.copy_bw = nbytes / max(best, 1) * 1e9
+        return self.copy_bw
 
     # --- restoring ------------------------------------------------------------------------
     def _pin_all(self, nodes: List[_Node]) -> None:
@@ -332,6 +629,8 @@ class Registry(TorchDispatchMode):
                     self._restore_now(node)
             if not any(node.evicted for node in nodes):
                 for node in nodes:
+                    if node.arriving:
+                        self._arrive(node)
                     self._pin(node)
                 return
         pinned: List[_Node] = []
@@ -345,6 +644,9 @@ class Registry(TorchDispatchMode):
                     self._pin(node)
                     pinned.append(node)
                     self._restore(node)
+            for node in nodes:
+                if node.arriving:
+                    self._arrive(node)
         except BaseException:
             self._unpin_all(pinned)
             raise
@@ -396,7 +698,18 @@ class Registry(TorchDispatchMode):
             self._unpin_all(pinned)
 
     def _restore(self, node: _Node) -> None:
-        """Brings an evicted storage back by replaying its chain (the caller pinned it)."""
+        """Brings an evicted storage back from its host copy, or by replaying its chain
+        (the caller pinned it)."""
+        if node.clean:
+            try:
+                self._swap_in(node, wait=True)
+                return
+            except SwapCopyError as e:
+                if node.steps is None:
+                    raise SwapCopyError(
+                        f"pyalloc: cannot bring back a swapped-out tensor ({node.nbytes} bytes) "
+                        f"and it has no lineage to recompute it from: {e}") from e
+                log.warning("pyalloc: %s; recomputing the tensor instead", e)
         if node.steps is None:
             raise RuntimeError("pyalloc: an evicted tensor has no lineage left to recompute it "
                                "from. This is a registry bug; please report it.")
@@ -432,9 +745,12 @@ class Registry(TorchDispatchMode):
     def ensure(self, t: torch.Tensor) -> torch.Tensor:
         """Makes ``t``'s storage resident (restoring it if evicted); returns ``t``."""
         node = self.by_key.get(_key(t))
-        if node is not None and node.evicted:
-            with _disable_current_modes():
-                self._restore_now(node)
+        if node is not None:
+            if node.evicted:
+                with _disable_current_modes():
+                    self._restore_now(node)
+            if node.arriving:
+                self._arrive(node)
         return t
 
     # --- bookkeeping ------------------------------------------------------------------------
@@ -446,7 +762,7 @@ class Registry(TorchDispatchMode):
                 continue                  # the program (or autograd) still holds it
             if drop and not self._has_readers(node):
                 self._forget(node)
-            elif not node.evicted and self._evict(node):
+            elif not node.evicted and self._evict(node, eager=True):
                 self.eager_evictions += 1
         if drop:
             for key in [k for k, rs in self.leaf_readers.items()
@@ -471,7 +787,7 @@ class Registry(TorchDispatchMode):
                     continue
                 if not self._has_readers(node):
                     self._forget(node)
-                elif not node.evicted and self._evict(node):
+                elif not node.evicted and self._evict(node, eager=True):
                     self.eager_evictions += 1
 
     @staticmethod
@@ -486,6 +802,9 @@ class Registry(TorchDispatchMode):
 
     def _forget(self, node: _Node) -> None:
         self._unmark(node)
+        self._drop_copy(node)
+        if node.ordinal >= 0 and self._by_ordinal.get(node.ordinal) is node:
+            del self._by_ordinal[node.ordinal]
         del self.nodes[node.handle]
         if self.by_key.get(node.key) is node:
             del self.by_key[node.key]
@@ -580,6 +899,10 @@ class Registry(TorchDispatchMode):
                 used.append(node)
         if used:
             self._pin_all(used)      # restores what this op reads
+            if self._track_times and not self._in_backward:
+                now = time.perf_counter_ns()
+                for node in used:
+                    node.last_use_ns = now
         try:
             written = self._written(func, args, kwargs) if spec else ()
             writes_node = False
@@ -670,6 +993,11 @@ class Registry(TorchDispatchMode):
             self._next_handle += 1
             self.nodes[node.handle] = node
             self.by_key[node.key] = node
+            if self.can_swap and not self._in_backward:
+                node.ordinal = self._ordinal
+                self._ordinal += 1
+                self._by_ordinal[node.ordinal] = node
+                node.last_use_ns = time.perf_counter_ns() if self._track_times else 0
             self._add_reader(node, nodes, leaves)
             self._watch(node, o)
             self._mark(node)
@@ -683,6 +1011,9 @@ class Registry(TorchDispatchMode):
                 targets.append(node)
         if not targets:
             return
+        for node in targets:   # their host copies are stale now
+            if node.slot:
+                self._drop_copy(node)
         target = targets[0]
         if (len(targets) > 1 or not replayable or target.frozen or target.steps is None
                 or len(target.steps) >= _MAX_CHAIN):
@@ -715,7 +1046,17 @@ class Registry(TorchDispatchMode):
                 f"an inplace operation: [{t.dtype}, {list(t.shape)}] is at version "
                 f"{t._version}; expected version {version} instead (found by pyalloc's "
                 "registry, which checks saved tensors in place of autograd)")
-        return self.ensure(t)
+        if not self.can_swap:
+            return self.ensure(t)
+        node = self.by_key.get(_key(t))
+        if node is None:
+            return t
+        self._backward_use(node)
+        self.ensure(t)
+        if self.prefetch_depth:
+            with _disable_current_modes():
+                self._prefetch_after(node)
+        return t
 
     # --- leaving --------------------------------------------------------------------------------
     def restore_all(self) -> None:
@@ -725,6 +1066,8 @@ class Registry(TorchDispatchMode):
             for node in list(self.nodes.values()):
                 if node.evicted and _storage_use_count(node.key) > 1:
                     self._restore_now(node)
+                if node.arriving:
+                    self._arrive(node)
 
 
 def _installed_device() -> Optional[str]:
@@ -733,16 +1076,33 @@ def _installed_device() -> Optional[str]:
     return installed_device()
 
 
-_active: Optional[Registry] = None   # the process-wide registry of install(policy="recompute")
+_active: Optional[Registry] = None   # the process-wide registry of install(policy=...)
 
 
 def active() -> Optional[Registry]:
-    """The registry of ``install(policy="recompute")``, or None."""
+    """The registry of ``install(policy="recompute" | "swap" | "hybrid")``, or None."""
     return _active
 
 
-def _start(engine: Engine, min_bytes: int, cost: str) -> Registry:
-    registry = Registry(engine, min_bytes, cost)
+def host_pool_size(engine: Engine, requested: int = 0) -> int:
+    """The host pool to allocate: ``requested``, or (0) as much as the device has, at most
+    a quarter of the host's RAM (pinned memory is taken from everything else)."""
+    if requested:
+        return requested
+    device_total = int(engine.stats()["device_total_bytes"])
+    try:
+        host_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):   # not exposed: assume it is no smaller than the device
+        host_ram = 4 * device_total
+    return max(1 << 20, min(device_total, host_ram // 4))
+
+
+def _start(engine: Engine, min_bytes: int, cost: str, policy: str = "recompute",
+           prefetch: int = 4, host_pool: int = 0) -> Registry:
+    registry = Registry(engine, min_bytes, cost, policy, prefetch)
+    if registry.can_swap:
+        engine.set_host_pool(host_pool_size(engine, host_pool))
+        registry.calibrate_copies()
     engine.set_evict_callback(registry.evict)
     registry.__enter__()
     registry._hooks = torch.autograd.graph.saved_tensors_hooks(registry.pack, registry.unpack)
@@ -761,24 +1121,38 @@ def _stop(registry: Registry) -> None:
             registry._forget(node)
 
 
-def enable(engine: Optional[Engine] = None, min_bytes: int = 64 << 10,
-           cost: str = "model") -> Registry:
-    """Turns rematerialization on for the calling thread until :func:`disable`
-    (``install(policy="recompute")`` calls this)."""
+def _settings(engine: Engine, **given: Any) -> Dict[str, Any]:
+    """``given`` with every None filled in from the engine's options."""
+    from .options import parse_conf
+
+    chosen = parse_conf(engine.options_string)
+    defaults = {"min_bytes": int(chosen["min_evictable"]), "cost": chosen["remat_cost"],
+                "policy": chosen["policy"] if chosen["policy"] in POLICIES else "recompute",
+                "prefetch": int(chosen["prefetch"]), "host_pool": int(chosen["host_pool"])}
+    return {k: defaults[k] if v is None else v for k, v in given.items()}
+
+
+def enable(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
+           cost: Optional[str] = None, policy: Optional[str] = None,
+           prefetch: Optional[int] = None, host_pool: Optional[int] = None) -> Registry:
+    """Turns eviction on for the calling thread until :func:`disable`
+    (``install(policy=...)`` calls this). Arguments left None come from the engine's
+    options (``min_evictable``, ``remat_cost``, ``policy``, ``prefetch``, ``host_pool``)."""
     global _active
     if _active is not None:
-        raise RuntimeError("pyalloc: rematerialization is already on (install(policy="
-                           "\"recompute\") or pyalloc.registry.enable() was called before)")
+        raise RuntimeError("pyalloc: eviction is already on (install(policy=...) or "
+                           "pyalloc.registry.enable() was called before)")
     if engine is None:
         from . import _engine
 
         engine = _engine(None)
-    _active = _start(engine, min_bytes, cost)
+    _active = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
+                                         prefetch=prefetch, host_pool=host_pool))
     return _active
 
 
 def disable() -> None:
-    """Turns process-wide rematerialization off, restoring every evicted tensor still held."""
+    """Turns process-wide eviction off, restoring every evicted tensor still held."""
     global _active
     if _active is not None:
         registry, _active = _active, None
@@ -787,14 +1161,17 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
-              cost: Optional[str] = None) -> Iterator[Registry]:
-    """Within the block, activations may be evicted and recomputed on demand.
+              cost: Optional[str] = None, policy: Optional[str] = None,
+              prefetch: Optional[int] = None,
+              host_pool: Optional[int] = None) -> Iterator[Registry]:
+    """Within the block, activations may be evicted, and recomputed or swapped back on use.
 
     Run the forward *and* ``backward()`` inside it; on leaving, every evicted tensor the
     program still holds is restored. ``engine``: the installed engine of the current
-    device by default; ``min_bytes`` and ``cost`` default to the engine's options
-    ``min_evictable`` and ``remat_cost``. Inside ``install(policy="recompute")`` it is a
-    no-op that yields the process-wide registry.
+    device by default. ``policy``: "recompute", "swap" or "hybrid". Arguments left None
+    come from the engine's options (``min_evictable``, ``remat_cost``, ``policy`` when it
+    is one of those three, else "recompute", ``prefetch``, ``host_pool``). Inside
+    ``install(policy=...)`` it is a no-op that yields the process-wide registry.
     """
     if _active is not None:
         yield _active
@@ -803,13 +1180,8 @@ def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
         from . import _engine
 
         engine = _engine(None)
-    if min_bytes is None or cost is None:
-        from .options import parse_conf
-
-        chosen = parse_conf(engine.options_string)
-        min_bytes = int(chosen["min_evictable"]) if min_bytes is None else min_bytes
-        cost = chosen["remat_cost"] if cost is None else cost
-    registry = _start(engine, min_bytes, cost)
+    registry = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
+                                          prefetch=prefetch, host_pool=host_pool))
     try:
         yield registry
     finally:

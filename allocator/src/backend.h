@@ -95,6 +95,12 @@ class Backend {
   virtual void synchronize_device() = 0;
   virtual bool memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
                             StreamId stream) = 0;
+
+  // --- host memory for swapping ----------------------------------------------------
+  // Host memory that async copies can use at full speed (page-locked on CUDA), or nullptr.
+  // Called once per engine, never on the swap path: pinning is slow and may synchronize.
+  virtual void* host_alloc(std::size_t bytes) = 0;
+  virtual void host_free(void* ptr, std::size_t bytes) = 0;
 };
 
 }  // namespace pyalloc

@@ -35,7 +35,8 @@ namespace {
   X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap)              \
   X(cuMemSetAccess) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)          \
   X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuEventQuery)                    \
-  X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuMemcpyAsync)
+  X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuMemcpyAsync) X(cuMemHostAlloc)             \
+  X(cuMemFreeHost)
 // Only used for messages and teardown; a driver without them still works.
 #define PYALLOC_OPTIONAL_FNS(X) \
   X(cuGetErrorString) X(cuGetErrorName) X(cuDevicePrimaryCtxRelease_v2)
@@ -291,6 +292,23 @@ class CudaBackend final : public Backend {
                                         reinterpret_cast<CUdeviceptr>(src), bytes,
                                         as_stream(stream));
     return check(r, "cuMemcpyAsync", bytes);
+  }
+
+  // Page-locked and mapped for every context (PORTABLE), so swap copies are true DMA that
+  // overlaps with kernels. Allocated once per engine: cuMemHostAlloc is slow (it pins page
+  // by page) and synchronizes the device.
+  void* host_alloc(std::size_t bytes) override {
+    ContextGuard guard(d_, ctx_);
+    void* p = nullptr;
+    if (!check(d_.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc", bytes))
+      return nullptr;
+    return p;
+  }
+
+  void host_free(void* ptr, std::size_t /*bytes*/) override {
+    if (ptr == nullptr) return;
+    ContextGuard guard(d_, ctx_);
+    check(d_.cuMemFreeHost(ptr), "cuMemFreeHost");
   }
 
  private:

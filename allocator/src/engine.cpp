@@ -8,6 +8,17 @@
 #include <thread>
 
 namespace pyalloc {
+namespace {
+thread_local bool t_may_evict = true;  // set_thread_may_evict
+}  // namespace
+
+void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
+
+std::size_t Engine::unallocated_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto allocated = static_cast<std::size_t>(pool_.stats().allocated_bytes[kAllPools].current);
+  return budget_ > allocated ? budget_ - allocated : 0;
+}
 
 Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
     : backend_(std::move(backend)),
@@ -22,6 +33,15 @@ Engine::~Engine() {
   std::lock_guard<std::mutex> lock(mutex_);
   process_events_locked(/*wait=*/true);
   release_cached_locked();
+  // Swap state: every copy is complete after the synchronization release_cached_locked
+  // made (or the one below, if it had nothing to release).
+  backend_->synchronize_device();
+  for (auto& kv : slots_) releasing_.push_back(kv.second);
+  slots_.clear();
+  reap_slots_locked(/*wait=*/true);
+  if (to_host_stream_) backend_->destroy_stream(to_host_stream_);
+  if (to_device_stream_) backend_->destroy_stream(to_device_stream_);
+  if (host_pool_.base()) backend_->host_free(host_pool_.base(), host_pool_.capacity());
   for (EventId e : spare_events_) backend_->destroy_event(e);
 }
 
@@ -59,6 +79,11 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       return reinterpret_cast<void*>(block->addr);
     }
     // Rung 5: evict. Pick victims under the lock, call the registry without it, retry.
+    if (!t_may_evict) {
+      *error = "pyalloc: no room for " + format_bytes(size) + " without evicting (this thread "
+               "may not evict: a prefetch)";
+      return nullptr;
+    }
     if (round == kMaxEvictRounds) break;
     std::vector<std::uint64_t> victims = plan_eviction_locked(rounded, stream);
     if (victims.empty()) {
@@ -261,10 +286,11 @@ std::size_t Engine::budget() const {
 
 std::string Engine::stats_json() {
   std::lock_guard<std::mutex> lock(mutex_);
-  char extra[256];
+  char extra[320];
   std::snprintf(extra, sizeof extra,
-                "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu",
-                budget_, device_total_, pending_.size());
+                "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu,"
+                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu",
+                budget_, device_total_, pending_.size(), host_pool_.capacity(), slots_.size());
   return pyalloc::stats_json(pool_.stats(), pool_.fragmentation(), extra);
 }
 

@@ -14,12 +14,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend.h"
 #include "evictor.h"
 #include "options.h"
 #include "pool.h"
+#include "swap.h"
 #include "trace.h"
 
 namespace pyalloc {
@@ -61,6 +63,11 @@ class Engine {
   std::string check_invariants();
   void reset_peak_stats();
   void reset_accumulated_stats();
+  // budget - allocated bytes (what can be allocated without evicting, fragmentation aside).
+  std::size_t unallocated_bytes();
+  // While false on a thread, its allocations skip the evict rung and fail quietly (not
+  // counted as OOMs): prefetching must never push out what is needed sooner.
+  static void set_thread_may_evict(bool may_evict);
   // Blocks handed out or awaiting other streams' unfinished work.
   std::int64_t live_blocks();
 
@@ -75,6 +82,29 @@ class Engine {
   // bringing it back; `touch` records a use (the logical clock ticks).
   std::string set_evictable(void* ptr, std::uint64_t handle, double cost);
   std::string touch(void* ptr);
+
+  // --- swap (swap.h; swap.cpp) ---
+  // Outcomes of the swap calls besides "" / kSwapOk; the C API returns them as codes.
+  enum SwapStatus { kSwapOk = 0, kSwapBadArgument = 1, kSwapHostFull = 3, kSwapCopyFailed = 4 };
+  // Allocates the host pool, once. Later calls leave the existing pool as it is.
+  std::string set_host_pool(std::size_t bytes);
+  // Starts copying the first `bytes` of the block at `ptr` into a new host slot, after
+  // the work enqueued on `compute` so far. The caller may free the block at once; the
+  // engine reuses it only after the copy. On failure *error says why and nothing changed.
+  int swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64_t* slot,
+               std::string* error);
+  // Starts copying `slot` into the block at `ptr` (at least slot's size), after the work
+  // enqueued on `compute` so far. The slot stays valid: it is a clean copy until released.
+  int swap_in(std::uint64_t slot, void* ptr, StreamId compute, std::string* error);
+  // Work enqueued on `compute` after this waits for slot's last swap-in (on the simulated
+  // device's synchronous stream 0: this call blocks until it completed).
+  std::string swap_wait(std::uint64_t slot, StreamId compute);
+  // Whether slot's copies have all completed (a prefetch that has arrived).
+  bool swap_ready(std::uint64_t slot);
+  // Gives the slot's host range back once its copies are done.
+  std::string swap_release(std::uint64_t slot);
+  // The engine's copy streams (0 until the first swap); tests slow them down.
+  StreamId swap_stream(bool to_host);
 
   // Tracing (trace.h): start a ring of `capacity` events (0 stops), and take what it holds.
   void set_trace_capacity(std::size_t capacity);
@@ -113,6 +143,13 @@ class Engine {
 
   void after_op_locked();  // the check_invariants option
 
+  // --- swap (swap.cpp) ---
+  bool ensure_swap_streams_locked(std::string* error);
+  // Frees the host ranges of released slots whose copies are done (all of them with wait).
+  void reap_slots_locked(bool wait);
+  SwapSlot* find_slot_locked(std::uint64_t slot, const char* what, std::string* error);
+  std::string host_pool_report_locked() const;
+
   const std::unique_ptr<Backend> backend_;
   const Options options_;
   const std::size_t device_total_;
@@ -127,6 +164,13 @@ class Engine {
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
   int evicting_ = 0;  // guarded by mutex_; threads inside an eviction callback now
+
+  HostPool host_pool_;                                  // guarded by mutex_
+  std::unordered_map<std::uint64_t, SwapSlot> slots_;   // guarded by mutex_
+  std::vector<SwapSlot> releasing_;  // guarded by mutex_; released, copies in flight
+  std::uint64_t next_slot_ = 1;      // guarded by mutex_
+  StreamId to_host_stream_ = 0;      // guarded by mutex_; created on the first swap
+  StreamId to_device_stream_ = 0;    // guarded by mutex_
 };
 
 }  // namespace pyalloc

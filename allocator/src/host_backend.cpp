@@ -350,7 +350,35 @@ void HostBackend::synchronize_device() {
 
 bool HostBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind,
                                StreamId stream) {
+  unsigned failing = failing_copies_.load();
+  while (failing > 0 && !failing_copies_.compare_exchange_weak(failing, failing - 1)) {
+  }
+  if (failing > 0) {
+    set_error("memcpy_async of " + std::to_string(bytes) + " bytes failed: injected copy "
+              "failure (test hook pyalloc_sim_fail_copies)");
+    return false;
+  }
   return enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Host memory for swapping
+// ---------------------------------------------------------------------------------------
+
+void* HostBackend::host_alloc(std::size_t bytes) {
+  // Plain anonymous memory: the simulated device's "pinned" memory is ordinary RAM, and
+  // it is committed page by page as swaps first touch it.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    set_error(errno_text("mmap of the host pool"));
+    return nullptr;
+  }
+  return p;
+}
+
+void HostBackend::host_free(void* ptr, std::size_t bytes) {
+  if (ptr) munmap(ptr, bytes);
 }
 
 }  // namespace pyalloc

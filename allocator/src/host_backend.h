@@ -66,12 +66,16 @@ class HostBackend final : public Backend {
   void synchronize_device() override;
   bool memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
                     StreamId stream) override;
+  void* host_alloc(std::size_t bytes) override;
+  void host_free(void* ptr, std::size_t bytes) override;
 
   // --- test doubles (reachable through the debug C API, not used by the engine) ---
   // Runs `work` on `stream` in order with its other work (synchronously on stream 0).
   bool enqueue(StreamId stream, std::function<void()> work);
   // Every task on `stream` first sleeps this long: a slow copy engine.
   bool set_stream_delay_us(StreamId stream, unsigned microseconds);
+  // The next `count` memcpy_async calls fail as a device would refuse a copy.
+  void fail_next_copies(unsigned count) { failing_copies_.store(count); }
 
   static constexpr std::size_t kChunk = std::size_t{2} << 20;
 
@@ -92,6 +96,8 @@ class HostBackend final : public Backend {
   // Guards the stream registry (streams themselves are internally synchronized).
   std::mutex stream_mutex_;
   std::unordered_map<StreamId, std::unique_ptr<HostStream>> streams_;
+
+  std::atomic<unsigned> failing_copies_{0};  // fail_next_copies
 };
 
 }  // namespace pyalloc

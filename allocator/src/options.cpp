@@ -97,7 +97,7 @@ const char* kind_name(OptionKind k) {
 // The words a kChoice option accepts, first the default's kind of answer.
 const char* choices(const std::string& key) {
   if (key == "evict_strategy") return "dtr, dte, window";
-  if (key == "policy") return "none, recompute";
+  if (key == "policy") return "none, recompute, swap, hybrid";
   if (key == "remat_cost") return "model, time, bytes";
   return "";
 }
@@ -177,6 +177,12 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "policy") {
     matched = true, kind = OptionKind::kChoice;
     ok = parse_choice(key, value, &o->policy);
+  } else if (key == "host_pool") {
+    matched = true, kind = OptionKind::kSize;
+    ok = parse_size(value, &o->host_pool);
+  } else if (key == "prefetch") {
+    matched = true, kind = OptionKind::kInt;
+    ok = parse_count(value, &o->prefetch);
   } else if (key == "min_evictable") {
     matched = true, kind = OptionKind::kSize;
     ok = parse_size(value, &o->min_evictable);
@@ -294,8 +300,9 @@ std::string Options::to_string() const {
                 strategy_name(evict_strategy), evict_threshold, trace_capacity,
                 check_invariants ? "true" : "false");
   out += buf;
-  std::snprintf(buf, sizeof buf, ",policy:%s,min_evictable:%zu,remat_cost:%s", policy.c_str(),
-                min_evictable, remat_cost.c_str());
+  std::snprintf(buf, sizeof buf,
+                ",policy:%s,host_pool:%zu,prefetch:%zu,min_evictable:%zu,remat_cost:%s",
+                policy.c_str(), host_pool, prefetch, min_evictable, remat_cost.c_str());
   return out + buf;
 }
 

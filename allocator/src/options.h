@@ -44,8 +44,16 @@ namespace pyalloc {
     "Evict proactively once allocated bytes exceed this fraction of the budget, down to it " \
     "(0: only when a request does not fit).")                                                 \
   X(policy, kChoice, "none",                                                                 \
-    "What pyalloc does when memory is short, besides reclaiming its cache: none, or "        \
-    "recompute (evict activations and recompute them on use; the tensor registry, Python).") \
+    "What pyalloc does when memory is short, besides reclaiming its cache: none; recompute " \
+    "(evict activations and recompute them on use; the tensor registry, Python); swap "      \
+    "(copy them to the host pool on a side stream and back before use); or hybrid (swap "    \
+    "what the copy can hide behind compute, recompute the rest).")                           \
+  X(host_pool, kSize, "0",                                                                   \
+    "policy swap/hybrid: bytes of host memory for swapped-out tensors, allocated once "      \
+    "(pinned on CUDA). 0: as much as the device has, at most a quarter of the host's RAM.")  \
+  X(prefetch, kInt, "4",                                                                     \
+    "policy swap/hybrid: how many swapped-out tensors backward brings back ahead of use, in "\
+    "the order the previous iteration used them (0: only on use). Never evicts for it.")     \
   X(min_evictable, kSize, "64KiB",                                                           \
     "policy recompute: storages smaller than this are never evicted (they free little and "  \
     "cost a search and a replay each).")                                                      \
@@ -77,6 +85,8 @@ struct Options {
   bool check_invariants = false;
   // Read by the Python side (pyalloc.install); the engine only validates them.
   std::string policy;
+  std::size_t host_pool = 0;
+  std::size_t prefetch = 0;
   std::size_t min_evictable = 0;
   std::string remat_cost;
 

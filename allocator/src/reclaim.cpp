@@ -24,7 +24,9 @@
 // pool may have changed in between (other threads, the frees themselves), and nothing
 // decided before the call is trusted after it. Lock order: GIL, then engine.
 //
-// Later rungs (stitching, swap) slot in between 4 and 5.
+// Swapping is not a rung of its own: the registry decides, per victim, whether to swap it
+// out or drop it (swap.cpp), and either way the victim's free comes back through rung 5.
+// Stitching will slot in between 4 and 5.
 #include <cinttypes>
 #include <cstdio>
 
@@ -199,7 +201,7 @@ std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, Str
          " blocks" + (evict_callback_ ? std::string(" (strategy ") +
                                             strategy_name(options_.evict_strategy) + ")"
                                       : std::string(" (no eviction policy is active)")) +
-         ", pinned host 0 B.\n";
+         (host_pool_.base() ? "; " + host_pool_report_locked() : std::string()) + ".\n";
   msg += "  device: " + format_bytes(info.free_bytes) + " free of " +
          format_bytes(info.total_bytes) + ".\n";
 

@@ -12,6 +12,7 @@ void Stats::reset_peaks() {
 #undef PYALLOC_RESET_PEAK
   oversize_allocations.peak = oversize_allocations.current;
   oversize_segments.peak = oversize_segments.current;
+  host_pool_used_bytes.peak = host_pool_used_bytes.current;
 }
 
 void Stats::reset_accumulated() {
@@ -21,6 +22,7 @@ void Stats::reset_accumulated() {
 #undef PYALLOC_RESET_ACC
   oversize_allocations.allocated = oversize_allocations.freed = 0;
   oversize_segments.allocated = oversize_segments.freed = 0;
+  host_pool_used_bytes.allocated = host_pool_used_bytes.freed = 0;
 #define PYALLOC_RESET_COUNTER(name, doc) name = 0;
   PYALLOC_COUNTERS(PYALLOC_RESET_COUNTER)
 #undef PYALLOC_RESET_COUNTER
@@ -49,7 +51,8 @@ std::string stats_json(const Stats& s, const FragmentationFigures& f, const std:
   PYALLOC_ARRAY_STATS(PYALLOC_EMIT_ARRAY)
 #undef PYALLOC_EMIT_ARRAY
   for (const auto& [name, st] : {std::pair<const char*, const Stat&>{"oversize_allocations", s.oversize_allocations},
-                                 std::pair<const char*, const Stat&>{"oversize_segments", s.oversize_segments}}) {
+                                 std::pair<const char*, const Stat&>{"oversize_segments", s.oversize_segments},
+                                 std::pair<const char*, const Stat&>{"host_pool_used_bytes", s.host_pool_used_bytes}}) {
     emit_int(std::string(name) + ".current", st.current);
     emit_int(std::string(name) + ".peak", st.peak);
     emit_int(std::string(name) + ".allocated", st.allocated);

@@ -39,7 +39,13 @@ namespace pyalloc {
   X(num_evictions, "blocks the engine asked the registry to evict")                    \
   X(num_evicted_bytes, "bytes of those blocks")                                        \
   X(num_evict_rounds, "times the evict rung ran (one victim set, one callback)")       \
-  X(num_proactive_evictions, "evictions made because allocated crossed evict_threshold")
+  X(num_proactive_evictions, "evictions made because allocated crossed evict_threshold") \
+  X(num_swap_outs, "copies of device blocks to the host pool started")                  \
+  X(num_swap_out_bytes, "bytes of those copies")                                        \
+  X(num_swap_ins, "copies from the host pool back to the device started")               \
+  X(num_swap_in_bytes, "bytes of those copies")                                         \
+  X(num_swap_failures, "swap copies the device refused to start")                      \
+  X(num_host_pool_full, "swap-outs refused because the host pool had no room")
 
 struct Stat {
   std::int64_t current = 0;
@@ -71,6 +77,8 @@ struct Stats {
   // and segments of at least max_split_size; always 0 while that option is off.
   Stat oversize_allocations;
   Stat oversize_segments;
+  // Bytes of the host pool holding swapped-out copies (swap.h), not per pool.
+  Stat host_pool_used_bytes;
 
   // Peaks restart from the current values; accumulated totals are kept.
   void reset_peaks();

@@ -1,0 +1,308 @@
+// swap.cpp — the host pool, and the engine's swap operations (see swap.h for the ordering).
+#include <iterator>
+
+#include "engine.h"
+
+namespace pyalloc {
+
+// ---------------------------------------------------------------------------------------
+// HostPool
+// ---------------------------------------------------------------------------------------
+
+void HostPool::adopt(char* base, std::size_t capacity) {
+  base_ = base;
+  capacity_ = capacity;
+  used_ = 0;
+  by_offset_.clear();
+  by_size_.clear();
+  by_offset_.emplace(0, capacity);
+  by_size_.emplace(capacity, 0);
+}
+
+std::size_t HostPool::largest_free() const {
+  return by_size_.empty() ? 0 : by_size_.rbegin()->first;
+}
+
+bool HostPool::allocate(std::size_t bytes, std::size_t* offset) {
+  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  auto it = by_size_.lower_bound({rounded, 0});
+  if (rounded == 0 || it == by_size_.end()) return false;
+  const auto [size, at] = *it;
+  by_size_.erase(it);
+  by_offset_.erase(at);
+  if (size > rounded) {
+    by_offset_.emplace(at + rounded, size - rounded);
+    by_size_.emplace(size - rounded, at + rounded);
+  }
+  used_ += rounded;
+  *offset = at;
+  return true;
+}
+
+void HostPool::release(std::size_t offset, std::size_t bytes) {
+  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  used_ -= rounded;
+  std::size_t start = offset, size = rounded;
+  auto next = by_offset_.lower_bound(offset);
+  if (next != by_offset_.begin()) {  // merge with the free range just before
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      start = prev->first;
+      size += prev->second;
+      by_size_.erase({prev->second, prev->first});
+      by_offset_.erase(prev);
+    }
+  }
+  if (next != by_offset_.end() && next->first == offset + rounded) {  // and just after
+    size += next->second;
+    by_size_.erase({next->second, next->first});
+    by_offset_.erase(next);
+  }
+  by_offset_.emplace(start, size);
+  by_size_.emplace(size, start);
+}
+
+// ---------------------------------------------------------------------------------------
+// Engine: swap operations
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// What record_stream does: the block is reused only after `stream` passes the free.
+void add_stream_use(Block* block, StreamId stream) {
+  if (stream == block->stream) return;
+  for (StreamId s : block->stream_uses) {
+    if (s == stream) return;
+  }
+  block->stream_uses.push_back(stream);
+}
+
+}  // namespace
+
+std::string Engine::set_host_pool(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (host_pool_.base()) return "";
+  if (bytes < HostPool::kAlign) {
+    return "host pool of " + std::to_string(bytes) + " bytes is too small: give at least 4 KiB "
+           "(option host_pool)";
+  }
+  bytes = (bytes + HostPool::kAlign - 1) / HostPool::kAlign * HostPool::kAlign;
+  void* base = backend_->host_alloc(bytes);
+  if (!base) {
+    return "could not allocate a host pool of " + format_bytes(bytes) + " for swapping: " +
+           backend_->last_error() + "; lower the option host_pool";
+  }
+  host_pool_.adopt(static_cast<char*>(base), bytes);
+  return "";
+}
+
+bool Engine::ensure_swap_streams_locked(std::string* error) {
+  if (to_host_stream_ && to_device_stream_) return true;
+  if (!to_host_stream_) to_host_stream_ = backend_->create_stream();
+  if (!to_device_stream_) to_device_stream_ = backend_->create_stream();
+  if (to_host_stream_ && to_device_stream_) return true;
+  *error = "could not create the swap copy streams: " + backend_->last_error();
+  return false;
+}
+
+SwapSlot* Engine::find_slot_locked(std::uint64_t slot, const char* what, std::string* error) {
+  auto it = slots_.find(slot);
+  if (it != slots_.end()) return &it->second;
+  *error = std::string(what) + ": unknown swap slot " + std::to_string(slot) +
+           " (never returned by swap_out, or already released)";
+  return nullptr;
+}
+
+std::string Engine::host_pool_report_locked() const {
+  return "host pool " + format_bytes(host_pool_.used()) + " used of " +
+         format_bytes(host_pool_.capacity()) + " (" + std::to_string(slots_.size()) +
+         " swapped copies, largest free range " + format_bytes(host_pool_.largest_free()) + ")";
+}
+
+int Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64_t* slot_id,
+                     std::string* error) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block* block = pool_.find_allocated(addr);
+  if (!block) {
+    *error = "swap_out of " + format_address(addr) + ": no live block starts there (" +
+             pool_.describe_unknown_pointer(addr) + ")";
+    return kSwapBadArgument;
+  }
+  if (bytes == 0 || bytes > block->size) {
+    *error = "swap_out of " + format_address(addr) + ": " + std::to_string(bytes) +
+             " bytes asked, but the block holds " + std::to_string(block->size);
+    return kSwapBadArgument;
+  }
+  if (!host_pool_.base()) {
+    *error = "swap_out: this engine has no host pool; set one first (option host_pool, or "
+             "policy swap/hybrid, which sets it up)";
+    return kSwapBadArgument;
+  }
+  if (!ensure_swap_streams_locked(error)) return kSwapCopyFailed;
+  std::size_t offset = 0;
+  bool placed = host_pool_.allocate(bytes, &offset);
+  // Released slots whose copies are still in flight hold ranges: take those that are
+  // done, then wait for the rest before giving up.
+  for (bool wait : {false, true}) {
+    if (placed || releasing_.empty()) break;
+    reap_slots_locked(wait);
+    placed = host_pool_.allocate(bytes, &offset);
+  }
+  if (!placed) {
+    ++pool_.stats().num_host_pool_full;
+    *error = "swap_out of " + format_bytes(bytes) + ": the " + host_pool_report_locked() +
+             " has no room; raise the option host_pool";
+    return kSwapHostFull;
+  }
+  // The copy reads what the compute stream wrote: start it after that work.
+  EventId ready = acquire_event_locked();
+  bool ok = backend_->record_event(ready, compute) &&
+            backend_->stream_wait_event(to_host_stream_, ready);
+  spare_events_.push_back(ready);  // the wait captured the recorded point
+  ok = ok && backend_->memcpy_async(host_pool_.base() + offset, ptr, bytes,
+                                    CopyKind::kDeviceToHost, to_host_stream_);
+  if (!ok) {
+    host_pool_.release(offset, bytes);
+    ++pool_.stats().num_swap_failures;
+    *error = "swap_out of " + format_bytes(bytes) + " at " + format_address(addr) +
+             " failed: " + backend_->last_error() + ". The block was left as it was";
+    return kSwapCopyFailed;
+  }
+  SwapSlot slot;
+  slot.offset = offset;
+  slot.bytes = bytes;
+  slot.reserved = (bytes + HostPool::kAlign - 1) / HostPool::kAlign * HostPool::kAlign;
+  slot.out_done = acquire_event_locked();
+  if (!backend_->record_event(slot.out_done, to_host_stream_)) {
+    backend_->synchronize_stream(to_host_stream_);  // no event: make the copy complete now
+    spare_events_.push_back(slot.out_done);
+    slot.out_done = 0;
+  }
+  add_stream_use(block, to_host_stream_);
+  const std::uint64_t id = next_slot_++;
+  slots_.emplace(id, slot);
+  Stats& s = pool_.stats();
+  ++s.num_swap_outs;
+  s.num_swap_out_bytes += static_cast<std::int64_t>(bytes);
+  s.host_pool_used_bytes.increase(static_cast<std::int64_t>(slot.reserved));
+  *slot_id = id;
+  return kSwapOk;
+}
+
+int Engine::swap_in(std::uint64_t slot_id, void* ptr, StreamId compute, std::string* error) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  SwapSlot* slot = find_slot_locked(slot_id, "swap_in", error);
+  if (!slot) return kSwapBadArgument;
+  Block* block = pool_.find_allocated(addr);
+  if (!block) {
+    *error = "swap_in to " + format_address(addr) + ": no live block starts there (" +
+             pool_.describe_unknown_pointer(addr) + ")";
+    return kSwapBadArgument;
+  }
+  if (block->size < slot->bytes) {
+    *error = "swap_in of " + std::to_string(slot->bytes) + " bytes to " + format_address(addr) +
+             ": the block holds only " + std::to_string(block->size);
+    return kSwapBadArgument;
+  }
+  if (!ensure_swap_streams_locked(error)) return kSwapCopyFailed;
+  // The destination may have been freed on the compute stream with work still queued, and
+  // the host copy may still be arriving from the swap-out: wait for both.
+  EventId ready = acquire_event_locked();
+  bool ok = backend_->record_event(ready, compute) &&
+            backend_->stream_wait_event(to_device_stream_, ready);
+  spare_events_.push_back(ready);
+  if (ok && slot->out_done) ok = backend_->stream_wait_event(to_device_stream_, slot->out_done);
+  ok = ok && backend_->memcpy_async(ptr, host_pool_.base() + slot->offset, slot->bytes,
+                                    CopyKind::kHostToDevice, to_device_stream_);
+  if (!ok) {
+    ++pool_.stats().num_swap_failures;
+    *error = "swap_in of " + format_bytes(slot->bytes) + " to " + format_address(addr) +
+             " failed: " + backend_->last_error() + ". The host copy (slot " +
+             std::to_string(slot_id) + ") is intact";
+    return kSwapCopyFailed;
+  }
+  if (!slot->in_done) slot->in_done = acquire_event_locked();
+  if (!backend_->record_event(slot->in_done, to_device_stream_)) {
+    backend_->synchronize_stream(to_device_stream_);
+    spare_events_.push_back(slot->in_done);
+    slot->in_done = 0;
+  }
+  add_stream_use(block, to_device_stream_);
+  Stats& s = pool_.stats();
+  ++s.num_swap_ins;
+  s.num_swap_in_bytes += static_cast<std::int64_t>(slot->bytes);
+  return kSwapOk;
+}
+
+std::string Engine::swap_wait(std::uint64_t slot_id, StreamId compute) {
+  EventId in_done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string error;
+    SwapSlot* slot = find_slot_locked(slot_id, "swap_wait", &error);
+    if (!slot) return error;
+    in_done = slot->in_done;
+  }
+  // Outside the lock: on the simulated device's stream 0 this blocks until the copy is
+  // done, and other threads' allocations need not wait for it. The slot (and its event)
+  // belong to the caller, who does not release it concurrently.
+  if (in_done && !backend_->stream_wait_event(compute, in_done)) {
+    return "swap_wait: " + backend_->last_error();
+  }
+  return "";
+}
+
+bool Engine::swap_ready(std::uint64_t slot_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end()) return true;
+  const SwapSlot& slot = it->second;
+  return (!slot.out_done || backend_->query_event(slot.out_done)) &&
+         (!slot.in_done || backend_->query_event(slot.in_done));
+}
+
+std::string Engine::swap_release(std::uint64_t slot_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string error;
+  SwapSlot* slot = find_slot_locked(slot_id, "swap_release", &error);
+  if (!slot) return error;
+  releasing_.push_back(*slot);
+  slots_.erase(slot_id);
+  reap_slots_locked(/*wait=*/false);
+  return "";
+}
+
+void Engine::reap_slots_locked(bool wait) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < releasing_.size(); ++i) {
+    SwapSlot& slot = releasing_[i];
+    bool done = true;
+    for (EventId e : {slot.out_done, slot.in_done}) {
+      if (!e) continue;
+      if (wait) backend_->synchronize_event(e);
+      else if (!backend_->query_event(e)) done = false;
+    }
+    if (!done) {
+      if (kept != i) releasing_[kept] = slot;
+      ++kept;
+      continue;
+    }
+    for (EventId e : {slot.out_done, slot.in_done}) {
+      if (e) spare_events_.push_back(e);
+    }
+    host_pool_.release(slot.offset, slot.bytes);
+    pool_.stats().host_pool_used_bytes.decrease(static_cast<std::int64_t>(slot.reserved));
+  }
+  releasing_.resize(kept);
+}
+
+StreamId Engine::swap_stream(bool to_host) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string ignored;
+  ensure_swap_streams_locked(&ignored);
+  return to_host ? to_host_stream_ : to_device_stream_;
+}
+
+}  // namespace pyalloc
