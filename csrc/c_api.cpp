@@ -424,6 +424,10 @@ int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out) {
   return 0;
 }
 
+uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine) {
+  return engine ? engine->blocked_ns() : 0;
+}
+
 void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(may_evict != 0); }
 
 int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out) {

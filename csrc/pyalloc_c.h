@@ -117,6 +117,8 @@ PYALLOC_API int pyalloc_engine_swap_stream(pyalloc_engine* engine, int to_host, 
 /* budget - allocated bytes: what a new allocation can take without evicting (before
  * fragmentation). */
 PYALLOC_API int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out);
+/* Nanoseconds callers have spent blocked on other streams' work (0 for a NULL engine). */
+PYALLOC_API uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine);
 /* 0: allocations on the calling thread never evict (they fail instead, without counting
  * as an OOM); a prefetch uses it so that it cannot push out what is needed sooner. */
 PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);

@@ -179,6 +179,10 @@ class Engine:
                                                      ctypes.byref(out)))
         return out.value
 
+    def blocked_ns(self) -> int:
+        """Nanoseconds callers have spent blocked on other streams' work (copies)."""
+        return _lib.lib().pyalloc_engine_blocked_ns(self.handle)
+
     def unallocated(self) -> int:
         """budget - allocated bytes: what can be allocated without evicting."""
         out = ctypes.c_uint64()

@@ -176,7 +176,7 @@ class _Node:
     __slots__ = ("handle", "storage", "key", "nbytes", "device", "steps", "cost", "version",
                  "readers", "aliases", "evicted", "frozen", "fixed", "pins", "marked",
                  "slot", "clean", "arriving", "prefetched", "ordinal", "last_use_ns",
-                 "bwd_seen", "__weakref__")
+                 "waited_ns", "bwd_seen", "__weakref__")
 
     def __init__(self, handle: int, t: torch.Tensor, steps: List[_Step], cost: float) -> None:
         self.handle = handle
@@ -201,6 +201,7 @@ class _Node:
         self.prefetched = False     # brought back ahead of use, not used yet
         self.ordinal = -1           # creation index within the iteration (forward only)
         self.last_use_ns = 0        # host clock of its last forward use (hybrid)
+        self.waited_ns = 0          # _stalled_ns() at that use
         self.bwd_seen = False       # backward has used it this iteration
 
 
@@ -576,9 +577,15 @@ class Registry(TorchDispatchMode):
         if not node.bwd_seen and node.ordinal >= 0:
             node.bwd_seen = True
             self._order_cur.append(node.ordinal)
-            if node.last_use_ns:
-                self._gaps_cur[(node.ordinal, node.nbytes)] = (time.perf_counter_ns()
-                                                              - node.last_use_ns)
+            if node.last_use_ns:   # compute time only: waits for copies would hide nothing
+                self._gaps_cur[(node.ordinal, node.nbytes)] = (
+                    time.perf_counter_ns() - node.last_use_ns
+                    - (self._stalled_ns() - node.waited_ns))
+
+    def _stalled_ns(self) -> int:
+        """Host time spent waiting for copies so far (the engine's blocked time covers the
+        waits of swap_wait too); the rest of the wall clock is compute."""
+        return self.engine.blocked_ns()
 
     def _end_iteration(self) -> None:
         self._in_backward = False
@@ -592,6 +599,7 @@ class Registry(TorchDispatchMode):
     def calibrate_copies(self, nbytes: int = 8 << 20) -> float:
         """Measures one swap copy's bandwidth (bytes/s) on this device: the hybrid policy
         compares copy time with compute time."""
+        nbytes = max(4096, min(nbytes, int(self.engine.stats()["host_pool_bytes"]) // 2))
         device = torch.device("cuda", torch.cuda.current_device()) \
             if self._device_type == "cuda" else torch.device("cpu")
         with _disable_current_modes():
@@ -900,9 +908,9 @@ class Registry(TorchDispatchMode):
         if used:
             self._pin_all(used)      # restores what this op reads
             if self._track_times and not self._in_backward:
-                now = time.perf_counter_ns()
+                now, waited = time.perf_counter_ns(), self._stalled_ns()
                 for node in used:
-                    node.last_use_ns = now
+                    node.last_use_ns, node.waited_ns = now, waited
         try:
             written = self._written(func, args, kwargs) if spec else ()
             writes_node = False
@@ -997,7 +1005,8 @@ class Registry(TorchDispatchMode):
                 node.ordinal = self._ordinal
                 self._ordinal += 1
                 self._by_ordinal[node.ordinal] = node
-                node.last_use_ns = time.perf_counter_ns() if self._track_times else 0
+                if self._track_times:
+                    node.last_use_ns, node.waited_ns = time.perf_counter_ns(), self._stalled_ns()
             self._add_reader(node, nodes, leaves)
             self._watch(node, o)
             self._mark(node)

@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +68,55 @@ for _t in list(model.state_dict().values()) + [
     _h.update(_t.detach().cpu().contiguous().numpy().tobytes())
 print("params", _h.hexdigest())
 """
+
+
+# A training run of one of pyalloc.models' tasks in a fresh process: install with the
+# given options, train with SGD and momentum, print the losses, the state digest, the peak
+# reserved bytes, and the registry's counters ("remat.*", without the prefix).
+TRAIN = """
+import json, torch, pyalloc
+pyalloc.install(device="cpu", budget={budget!r}, **{options!r})
+from pyalloc.models import TASKS
+{setup}
+task = TASKS[{task!r}]
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+model = task.build()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = task.batch({batch}, torch.Generator().manual_seed(1))
+for step in range({steps}):
+    opt.zero_grad(set_to_none=True)
+    loss = task.loss(model, x, y)
+    loss.backward()
+    opt.step()
+    print("loss", loss.item().hex())
+{digest}
+pyalloc.check_invariants()
+s = pyalloc.memory_stats()
+print("peak_reserved", s["reserved_bytes.all.peak"])
+print(json.dumps({{k[6:]: v for k, v in s.items() if k.startswith("remat.")}}))
+"""
+
+TRAIN_BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}
+
+
+@functools.lru_cache(maxsize=None)
+def _train(task: str, budget, steps: int, batch: int, options: tuple, setup: str) -> str:
+    return run_in_subprocess(TRAIN.format(task=task, budget=budget, options=dict(options),
+                                          steps=steps, batch=batch, setup=setup,
+                                          digest=STATE_DIGEST))
+
+
+def train(task: str, budget, steps: int = 20, batch: int | None = None, setup: str = "",
+          **options) -> dict:
+    """Trains ``task`` in a subprocess (see TRAIN); returns ``{"record": lines that must match
+    bit for bit, "peak": peak reserved bytes, **registry counters}``. Identical calls are
+    run once per test session (the unconstrained reference runs are shared)."""
+    out = _train(task, budget, steps, batch or TRAIN_BATCH[task], tuple(sorted(options.items())),
+                 setup)
+    lines = out.splitlines()
+    return {"record": training_record(out), "peak": int(lines[-2].split()[1]),
+            **json.loads(lines[-1])}
 
 
 def training_record(output: str) -> list:

@@ -10,6 +10,8 @@
 // while holding it. Backend calls are made under the lock: they never call back in.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -68,6 +70,10 @@ class Engine {
   // While false on a thread, its allocations skip the evict rung and fail quietly (not
   // counted as OOMs): prefetching must never push out what is needed sooner.
   static void set_thread_may_evict(bool may_evict);
+  // Nanoseconds callers have spent blocked waiting for other streams' work (fences before
+  // reuse, synchronizations before releasing memory, host pool waits). Lock-free: the
+  // hybrid policy reads it often, to tell compute time from time spent waiting on copies.
+  std::uint64_t blocked_ns() const { return blocked_ns_.load(std::memory_order_relaxed); }
   // Blocks handed out or awaiting other streams' unfinished work.
   std::int64_t live_blocks();
 
@@ -171,6 +177,27 @@ class Engine {
   std::uint64_t next_slot_ = 1;      // guarded by mutex_
   StreamId to_host_stream_ = 0;      // guarded by mutex_; created on the first swap
   StreamId to_device_stream_ = 0;    // guarded by mutex_
+  std::atomic<std::uint64_t> blocked_ns_{0};  // blocked_ns()
+
+  // Adds the lifetime of the guard to blocked_ns_.
+  class BlockedTimer;
+};
+
+class Engine::BlockedTimer {
+ public:
+  explicit BlockedTimer(std::atomic<std::uint64_t>& total)
+      : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~BlockedTimer() {
+    total_.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - start_).count()),
+                     std::memory_order_relaxed);
+  }
+  BlockedTimer(const BlockedTimer&) = delete;
+  BlockedTimer& operator=(const BlockedTimer&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& total_;
+  const std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace pyalloc

@@ -133,6 +133,7 @@ Block* Engine::grow_locked(std::size_t rounded) {
 }
 
 bool Engine::fence_streams_locked(StreamId stream) {
+  BlockedTimer timer(blocked_ns_);
   bool progress = false;
   if (!pending_.empty()) {
     process_events_locked(/*wait=*/true);
@@ -153,6 +154,7 @@ bool Engine::fence_streams_locked(StreamId stream) {
 bool Engine::release_cached_locked() {
   pool_.flush_fast();  // tagged_streams() below reads the free sets only
   if (!pool_.has_free_segment()) return false;
+  BlockedTimer timer(blocked_ns_);
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
   // free block may still be in use by work queued on its stream. So wait for everything —
   // which also makes every cached block idle: adopting their streams lets pieces freed on
@@ -223,6 +225,10 @@ std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, Str
            "currently " + format_bytes(budget_) + ")";
   } else if (!evict_callback_) {
     hint = "reduce the batch size or the model's activation memory";
+  } else if (host_pool_.base() && evictable > 0 &&
+             host_pool_.capacity() - host_pool_.used() < evictable) {
+    hint = "tensors that could only be swapped stayed because the host pool is full: raise "
+           "the option host_pool (currently " + format_bytes(host_pool_.capacity()) + ")";
   } else {
     hint = "even evicting every evictable tensor would not make room: reduce the batch size";
   }

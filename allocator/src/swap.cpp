@@ -146,6 +146,7 @@ int Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64
   // done, then wait for the rest before giving up.
   for (bool wait : {false, true}) {
     if (placed || releasing_.empty()) break;
+    BlockedTimer timer(blocked_ns_);
     reap_slots_locked(wait);
     placed = host_pool_.allocate(bytes, &offset);
   }
@@ -248,6 +249,7 @@ std::string Engine::swap_wait(std::uint64_t slot_id, StreamId compute) {
   // Outside the lock: on the simulated device's stream 0 this blocks until the copy is
   // done, and other threads' allocations need not wait for it. The slot (and its event)
   // belong to the caller, who does not release it concurrently.
+  BlockedTimer timer(blocked_ns_);   // nothing on CUDA; the copy's wait on stream 0 here
   if (in_done && !backend_->stream_wait_event(compute, in_done)) {
     return "swap_wait: " + backend_->last_error();
   }

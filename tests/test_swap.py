@@ -1,0 +1,387 @@
+"""Swapping (allocator/src/swap.cpp, the swap and hybrid policies of pyalloc.registry).
+
+Three layers:
+
+* The engine alone: host copies round-trip, a block is never reused while its swap-out
+  is still reading it (a slowed copy engine, and a randomized state machine with random
+  copy delays), the host pool's accounting, and bad arguments.
+* Training: each model at 35% of its unconstrained peak under ``swap`` and ``hybrid``,
+  bit-identical to the unconstrained run, with the copies and prefetches counted.
+* Faults: a full host pool (recompute instead, or an OOM report naming the pool), copies
+  the device refuses (nothing changes, nothing is lost), and a slow copy engine.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from conftest import run_in_subprocess, train
+from pyalloc import Engine, PyallocError
+from pyalloc.errors import HostPoolFullError, SwapCopyError
+
+MiB = 1 << 20
+
+
+def fill(ptr: int, nbytes: int, value: int) -> None:
+    ctypes.memset(ptr, value, nbytes)
+
+
+def holds(ptr: int, nbytes: int, value: int) -> bool:
+    return ctypes.string_at(ptr, nbytes) == bytes([value]) * nbytes
+
+
+# --- the engine ---------------------------------------------------------------------------
+def test_a_swapped_block_round_trips_and_the_pool_accounts_for_it(make_engine):
+    engine = make_engine(budget="16MiB")
+    engine.set_host_pool(8 * MiB)
+    p = engine.alloc(3 * MiB)
+    fill(p, 3 * MiB, 0x5A)
+    slot = engine.swap_out(p, 3 * MiB)
+    engine.free(p)
+    q = engine.alloc(3 * MiB)
+    fill(q, 3 * MiB, 0)
+    engine.swap_in(slot, q)
+    engine.swap_wait(slot)
+    assert holds(q, 3 * MiB, 0x5A)
+    s = engine.stats()
+    assert (s["num_swap_outs"], s["num_swap_ins"]) == (1, 1)
+    assert s["num_swap_out_bytes"] == s["num_swap_in_bytes"] == 3 * MiB
+    assert s["host_pool_bytes"] == 8 * MiB and s["host_pool_used_bytes.current"] == 3 * MiB
+    assert s["swap_slots"] == 1
+    # The slot stays a clean copy: it can be swapped in again.
+    fill(q, 3 * MiB, 0)
+    engine.swap_in(slot, q)
+    engine.swap_wait(slot)
+    assert holds(q, 3 * MiB, 0x5A)
+    engine.swap_release(slot)
+    engine.synchronize()
+    engine.free(q)
+    # The released range went back once its copies were done: the whole pool is free.
+    big = engine.alloc(8 * MiB)
+    engine.swap_release(engine.swap_out(big, 8 * MiB))
+    engine.synchronize()
+    engine.free(big)
+
+
+def test_a_block_is_not_reused_before_its_swap_out_has_read_it(make_engine):
+    # The budget holds one 2 MiB block, so the second allocation can only reuse the first
+    # block. The copy engine is slowed to 200 ms a task: if the block were handed out
+    # before the copy ran, the copy would read the new owner's bytes.
+    engine = make_engine(budget="2MiB")
+    engine.set_host_pool(4 * MiB)
+    engine.set_stream_delay(engine.swap_stream(to_host=True), 200_000)
+    p = engine.alloc(2 * MiB)
+    fill(p, 2 * MiB, 0xA1)
+    slot = engine.swap_out(p, 2 * MiB)
+    engine.free(p)
+    assert engine.stats()["pending_frees"] == 1   # waiting for the copy stream
+    q = engine.alloc(2 * MiB)
+    assert q == p            # the only memory there is
+    fill(q, 2 * MiB, 0xB2)   # the new owner writes at once
+    engine.swap_in(slot, q)
+    engine.swap_wait(slot)
+    assert holds(q, 2 * MiB, 0xA1), "the swap-out copied the new owner's data"
+    engine.swap_release(slot)
+    engine.free(q)
+
+
+def test_bad_swap_arguments_name_the_problem(make_engine):
+    engine = make_engine()
+    p = engine.alloc(MiB)
+    with pytest.raises(PyallocError, match="no host pool"):
+        engine.swap_out(p, MiB)
+    with pytest.raises(PyallocError, match="at least 4 KiB"):
+        engine.set_host_pool(100)
+    engine.set_host_pool(4 * MiB)
+    with pytest.raises(PyallocError, match="no live block"):
+        engine.swap_out(p + 64, 16)
+    with pytest.raises(PyallocError, match="bytes asked, but the block holds"):
+        engine.swap_out(p, 64 * MiB)
+    for call in (lambda: engine.swap_in(12345, p), lambda: engine.swap_wait(12345),
+                 lambda: engine.swap_release(12345)):
+        with pytest.raises(PyallocError, match="unknown swap slot 12345"):
+            call()
+    slot = engine.swap_out(p, MiB)
+    engine.swap_release(slot)
+    with pytest.raises(PyallocError, match="already released"):
+        engine.swap_release(slot)
+    small = engine.alloc(4096)
+    with pytest.raises(PyallocError, match="only 4096"):
+        engine.swap_in(engine.swap_out(p, MiB), small)
+    big = engine.alloc(8 * MiB)
+    with pytest.raises(HostPoolFullError, match="host pool .* used of 4.00 MiB.*raise the option host_pool"):
+        engine.swap_out(big, 8 * MiB)
+    engine.synchronize()
+    for ptr in (p, small, big):
+        engine.free(ptr)
+
+
+def test_a_refused_copy_changes_nothing(make_engine):
+    engine = make_engine()
+    engine.set_host_pool(4 * MiB)
+    p = engine.alloc(MiB)
+    fill(p, MiB, 7)
+    engine.fail_copies(1)
+    with pytest.raises(SwapCopyError, match="injected copy failure.*left as it was"):
+        engine.swap_out(p, MiB)
+    assert engine.stats()["host_pool_used_bytes.current"] == 0   # no slot was kept
+    slot = engine.swap_out(p, MiB)
+    engine.fail_copies(1)
+    with pytest.raises(SwapCopyError, match="host copy .* is intact"):
+        engine.swap_in(slot, p)
+    engine.synchronize()   # the swap-out has read p: now it may change
+    fill(p, MiB, 0)
+    engine.swap_in(slot, p)
+    engine.swap_wait(slot)
+    assert holds(p, MiB, 7)
+    assert engine.stats()["num_swap_failures"] == 2
+    engine.synchronize()
+    engine.free(p)
+
+
+class SwapMachine(RuleBasedStateMachine):
+    """Random allocations, fills, swap-outs, frees, swap-ins and releases under a budget
+    small enough that blocks are reused, with random delays on both copy streams. Every
+    swap-in must bring back exactly what the block held when it was swapped out."""
+
+    blocks = Bundle("blocks")
+    slots = Bundle("slots")
+
+    def __init__(self):
+        super().__init__()
+        self.engine = Engine("host", budget="8MiB", sim_capacity="64MiB")
+        self.engine.set_host_pool(16 * MiB)
+        self.to_host = self.engine.swap_stream(to_host=True)
+        self.to_device = self.engine.swap_stream(to_host=False)
+        self.live = {}   # ptr -> (size, fill value)
+        self.counter = 0
+
+    def _alloc(self, size: int):
+        try:
+            return self.engine.alloc(size)
+        except Exception:   # the budget is full of live blocks: skip this step
+            return None
+
+    @rule(target=blocks, size=st.sampled_from([4096, 100_000, 700_000, 2 * MiB]))
+    def alloc(self, size):
+        p = self._alloc(size)
+        if p is None:
+            return None
+        self.counter = (self.counter + 1) % 250
+        fill(p, size, self.counter + 1)
+        self.live[p] = (size, self.counter + 1)
+        return p
+
+    @rule(target=slots, p=consumes(blocks))
+    def swap_out_and_free(self, p):
+        if p is None or p not in self.live:
+            return None
+        size, value = self.live.pop(p)
+        try:
+            slot = self.engine.swap_out(p, size)
+        except HostPoolFullError:
+            slot = None
+        self.engine.free(p)
+        return None if slot is None else (slot, size, value)
+
+    @rule(s=slots)
+    def swap_in_and_check(self, s):
+        if s is None:
+            return
+        slot, size, value = s
+        q = self._alloc(size)
+        if q is None:
+            return
+        fill(q, size, 0)
+        self.engine.swap_in(slot, q)
+        self.engine.swap_wait(slot)
+        assert holds(q, size, value)
+        self.engine.free(q)
+
+    @rule(s=consumes(slots))
+    def release(self, s):
+        if s is not None:
+            self.engine.swap_release(s[0])
+
+    @rule(to_host=st.booleans(), us=st.sampled_from([0, 0, 200, 2000]))
+    def slow_down(self, to_host, us):
+        self.engine.set_stream_delay(self.to_host if to_host else self.to_device, us)
+
+    @invariant()
+    def engine_is_consistent(self):
+        self.engine.check_invariants()
+
+    def teardown(self):
+        self.engine.synchronize()
+        for p in list(self.live):
+            self.engine.free(p)
+        self.engine.close()
+
+
+TestSwapMachine = SwapMachine.TestCase
+TestSwapMachine.settings = settings(max_examples=25, stateful_step_count=30, deadline=None,
+                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- training -------------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["swap", "hybrid"])
+@pytest.mark.parametrize("task", ["mlp", "cnn", "transformer"])
+def test_trains_bit_identically_at_35_percent_of_peak(task, policy):
+    free = train(task, "2GiB")
+    budget = int(0.35 * free["peak"])
+    tight = train(task, budget, policy=policy)
+    assert tight["record"] == free["record"]
+    assert len(tight["record"]) == 21
+    assert tight["peak"] <= budget
+    # Swapped every step, and backward found most of it already on its way back.
+    assert tight["swap_outs"] >= 20 and tight["swap_ins"] >= 20, tight
+    assert tight["prefetches"] >= 20 and tight["prefetch_hits"] >= tight["prefetches"] // 2, tight
+    assert tight["swap_failures"] == 0 and tight["swap_fallbacks"] == 0, tight
+    if policy == "hybrid":
+        assert tight["chose_swap"] + tight["chose_recompute"] > 0, tight
+
+
+SLOW_COPIES = """
+engine = pyalloc._engine(None)
+for to_host in (True, False):
+    engine.set_stream_delay(engine.swap_stream(to_host), {delay_us})
+from pyalloc import registry
+registry.active().calibrate_copies()   # hybrid sees the slow copy engine
+"""
+
+
+def test_a_slow_copy_engine_changes_nothing_and_steers_hybrid_to_recompute():
+    free = train("cnn", "2GiB", steps=5)
+    budget = int(0.35 * free["peak"])
+    swap = train("cnn", budget, steps=5, policy="swap", prefetch=0,
+                 setup=SLOW_COPIES.format(delay_us=1000))
+    assert swap["record"] == free["record"]
+    assert swap["swap_outs"] > 0 and swap["prefetches"] == 0, swap
+    hybrid = train("cnn", budget, steps=5, policy="hybrid",
+                   setup=SLOW_COPIES.format(delay_us=20_000))
+    assert hybrid["record"] == free["record"]
+    # From the second iteration on, a 20 ms copy cannot hide in the gaps of this model.
+    assert hybrid["chose_recompute"] > 0 and hybrid["recomputes"] > 0, hybrid
+
+
+def test_a_full_host_pool_falls_back_to_recompute():
+    free = train("cnn", "2GiB", steps=4)
+    tight = train("cnn", int(0.35 * free["peak"]), steps=4, policy="swap", host_pool=4 * MiB)
+    assert tight["record"] == free["record"]
+    assert tight["swap_fallbacks"] > 0 and tight["recomputes"] > 0, tight
+
+
+def test_refused_copies_during_training_change_nothing():
+    free = train("transformer", "2GiB", steps=4)
+    # Copies fail now and then (every 7th): swap-outs fall back to recompute, swap-ins of
+    # tensors with lineage recompute them.
+    setup = """
+engine = pyalloc._engine(None)
+import threading
+def _fail():
+    import time
+    while True:
+        engine.fail_copies(1)
+        time.sleep(0.02)
+threading.Thread(target=_fail, daemon=True).start()
+"""
+    tight = train("transformer", int(0.35 * free["peak"]), steps=4, policy="swap", setup=setup)
+    assert tight["record"] == free["record"]
+    assert tight["swap_failures"] > 0, tight
+
+
+UNIT = """
+import pytest, torch, pyalloc
+from pyalloc.errors import SwapCopyError
+pyalloc.install(device="cpu", budget="2GiB")
+torch.manual_seed(0)
+engine = pyalloc._engine(None)
+{body}
+print("ok")
+"""
+
+
+def _unit(body: str) -> None:
+    import textwrap
+
+    assert run_in_subprocess(UNIT.format(body=textwrap.dedent(body))).strip().endswith("ok")
+
+
+def test_a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing():
+    _unit("""
+        x = torch.randn(512, 512, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0, policy="swap", prefetch=0) as reg:
+            a = x * 2
+            for _ in range(9):       # a chain too long to replay: no lineage, swap only
+                a.add_(1)
+            node = reg.by_key[a.untyped_storage()._cdata]
+            assert node.frozen
+            want = a.detach().clone()
+            assert reg.evict([node.handle]) == 1 and node.evicted and node.clean
+            engine.fail_copies(1)
+            with pytest.raises(SwapCopyError, match="no lineage to recompute it from"):
+                a + 0
+            assert node.evicted       # still out, and its host copy still there
+            assert torch.equal(a, want)
+            # With lineage, a refused swap-in recomputes instead.
+            b = x.exp()
+            want_b = b.detach().clone()
+            node_b = reg.by_key[b.untyped_storage()._cdata]
+            assert reg.evict([node_b.handle]) == 1 and node_b.clean
+            engine.fail_copies(1)
+            assert torch.equal(b, want_b) and reg.recomputes == 1
+    """)
+
+
+def test_a_full_host_pool_without_lineage_to_fall_back_on_is_an_oom_naming_the_pool():
+    out = run_in_subprocess("""
+import torch, pyalloc
+pyalloc.install(device="cpu", budget="2GiB", evict_strategy="dtr")
+engine = pyalloc._engine(None)
+x = torch.randn(1024, 1024, requires_grad=True)         # 4 MiB
+with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20) as reg:
+    a = x * 2
+    for _ in range(9):       # no lineage: only a swap could evict it, and the pool is 1 MiB
+        a.add_(1)
+    want = a.detach().clone()
+    s = pyalloc.memory_stats()
+    engine.set_budget(int(s["reserved_bytes.all.current"]))
+    # More than the cached free bytes: it fits only if `a` goes.
+    request = int(s["reserved_bytes.all.current"] - s["allocated_bytes.all.current"]) + (1 << 20)
+    try:
+        torch.empty(request, dtype=torch.uint8)
+        print("no error")
+    except torch.OutOfMemoryError as e:
+        print("oom:", str(e).replace(chr(10), " "))
+    print("intact", torch.equal(a, want))
+    print("refused", pyalloc.memory_stats()["num_host_pool_full"])
+    engine.set_budget(2 << 30)
+""")
+    assert "oom: pyalloc: out of memory" in out
+    assert "host pool 0 B used of 1.00 MiB" in out
+    assert "intact True" in out and "refused 1" in out
+
+
+def test_bad_policy_arguments_name_the_problem():
+    _unit("""
+        with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):
+            with pyalloc.recompute(policy="offload"):
+                pass
+        with pytest.raises(ValueError, match="prefetch"):
+            with pyalloc.recompute(policy="swap", prefetch=-1):
+                pass
+    """)
+    out = run_in_subprocess("""
+import pyalloc
+for bad in (dict(policy="swapp"), dict(host_pool="lots"), dict(prefetch="-2")):
+    try:
+        pyalloc.install(device="cpu", **bad)
+    except ValueError as e:
+        print(e)
+""")
+    assert "none, recompute, swap, hybrid" in out
+    assert "'host_pool'" in out and "'prefetch'" in out
