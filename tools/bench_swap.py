@@ -27,6 +27,8 @@ and its options are chosen once per process):
 
   Timed steps: ``--steps`` (6; 3 with --quick), of which the first ``min(2, steps // 3)``
   are warm-up and not timed. The model, the trial and the thrash limit are bench_remat's.
+  On the simulated device the models train on one CPU thread (``--threads``), so that the
+  swap copies have cores of their own, as a GPU's copy engines are not its SMs.
 
     python tools/bench_swap.py                        # simulated device: mlp, cnn, transformer
     python tools/bench_swap.py --device cuda          # cnn, transformer, resnet50, gpt2
@@ -239,8 +241,8 @@ class PolicyWorker(Worker):
     everything else.
     """
 
-    def __init__(self, task: str, policy: str, device: str, batch: int,  # noqa: D107
-                 host_pool: int = 0) -> None:  # pylint: disable=super-init-not-called
+    def __init__(self, task: str, policy: str, device: str, batch: int, host_pool: int = 0,
+                 threads: int = 0) -> None:  # pylint: disable=super-init-not-called
         import pyalloc
 
         # host_pool 0 is pyalloc's own choice (as much as the device has, at most a quarter
@@ -257,6 +259,8 @@ class PolicyWorker(Worker):
         self.engine = pyalloc._engine(None)
         self.dev = "cuda" if self.device == "cuda" else "cpu"
         torch.backends.cudnn.benchmark = False   # as in Worker: same kernels every policy
+        if threads:
+            torch.set_num_threads(threads)
 
     def counters(self) -> Dict[str, int]:
         stats = self.pyalloc.memory_stats()
@@ -265,7 +269,8 @@ class PolicyWorker(Worker):
 
 def step_worker(args: argparse.Namespace) -> Dict[str, Any]:
     """One trial: the baseline (policy none, unconstrained), or a policy at a budget."""
-    w = PolicyWorker(args.task, args.policy, args.device, args.batch, args.host_pool)
+    w = PolicyWorker(args.task, args.policy, args.device, args.batch, args.host_pool,
+                     args.threads)
     # Built now, outside the trial's thrash limit: GPT-2's initialisation alone takes
     # seconds, which are not a step's.
     w._model()
@@ -286,7 +291,8 @@ def step_worker(args: argparse.Namespace) -> Dict[str, Any]:
     after = w.counters()
     out["result"] = result
     out["counters"] = {key: after[key] - before[key] for key in COUNTERS}
-    if result is None:   # Worker.trial folds both into None; the clock tells them apart
+    if result is None:   # Worker.trial folds both (and a non-finite loss) into None; the
+        # clock tells them apart
         out["failed"] = "thrash limit" if elapsed >= w.time_limit else "out of memory"
     elif args.policy == "none":
         out["peak"] = result["peak_reserved"]
@@ -294,17 +300,20 @@ def step_worker(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 # --- driver ------------------------------------------------------------------------------------
-def spawn(args: List[str], label: str, timeout: float = 3600) -> Dict[str, Any]:
-    """Runs this file as a worker with ``args``; its RESULT line, or the error."""
+def spawn(args: List[str], label: str, ident: Optional[Dict[str, Any]] = None,
+          timeout: float = 3600) -> Dict[str, Any]:
+    """Runs this file as a worker with ``args``: its RESULT, or the error, after ``ident``
+    (what the run was, so that a failed one still says so in the tables)."""
     cmd = [sys.executable, __file__, "--worker", *args]
+    print(label, flush=True)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:   # a hang (a copy never completing) is a finding too
-        return {"error": f"{label}: no result after {timeout:.0f} s"}
+        return {**(ident or {}), "error": f"{label}: no result after {timeout:.0f} s"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if lines:
-        return json.loads(lines[-1][len("RESULT "):])
-    return {"error": f"{label}: " + (proc.stderr or proc.stdout)[-2000:]}
+        return {**(ident or {}), **json.loads(lines[-1][len("RESULT "):])}
+    return {**(ident or {}), "error": f"{label}: " + (proc.stderr or proc.stdout)[-2000:]}
 
 
 def copy_table(copy: Dict[str, Any]) -> str:
@@ -312,7 +321,7 @@ def copy_table(copy: Dict[str, Any]) -> str:
             "peak H2D GB/s | in / peak | bytes back intact |",
             "|---|---|---|---|---|---|---|---|"]
     if "error" in copy:
-        return "\n".join(rows + [f"| error: {copy['error'].splitlines()[-1][:100]} |||||||"])
+        return "\n".join(rows + [f"| error: {copy['error'].splitlines()[-1][:100]} ||||||||"])
     for r in copy["rows"]:
         g = r["gbps"]
         rows.append(f"| {r['mib']} MiB | {g['swap_out']:.2f} | {g['peak_d2h']:.2f} | "
@@ -333,7 +342,8 @@ def _per_step(r: Dict[str, Any]) -> str:
         f"{c['swap_out_bytes'] / steps / MiB:.1f}",
         f"{c['prefetches'] / steps:.0f}{ready}",
         f"{c['recomputes'] / steps:.0f}",
-        f"{c['chose_swap'] / steps:.0f} / {c['chose_recompute'] / steps:.0f}",
+        f"{c['chose_swap'] / steps:.0f} / {c['chose_recompute'] / steps:.0f}"
+        if r["policy"] == "hybrid" else "—",
         f"{c['swap_wait_ns'] / steps / 1e6:.1f}"])
 
 
@@ -342,15 +352,14 @@ def step_table(results: List[Dict[str, Any]]) -> str:
             "swap-ins per step | swapped out MiB per step | prefetches per step | recomputes "
             "per step | hybrid: chose swap / recompute per step | swap wait ms per step |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    base: Optional[Dict[str, Any]] = None
+    bases = {r["task"]: r.get("result") for r in results if r["policy"] == "none"}
     for r in results:
-        task = r.get("task", "?")
+        task, base = r["task"], bases.get(r["task"])
         if "error" in r:
-            rows.append(f"| {task} | {r.get('policy', '?')} | {r.get('fraction', '')} | "
+            rows.append(f"| {task} | {r['policy']} | {r.get('fraction', '')} | "
                         f"error: {r['error'].splitlines()[-1][:80]} |||||||")
             continue
         if r["policy"] == "none":
-            base = r.get("result")
             peak = f"P = {r['peak'] / MiB:.1f} MiB" if r.get("peak") else r.get("failed", "—")
             step = f"1.00x ({base['step_s'] * 1e3:.1f} ms)" if base else "—"
             rows.append(f"| {task} | none | unconstrained: {peak} | {step} |||||||")
@@ -365,7 +374,7 @@ def step_args(task: str, policy: str, args: argparse.Namespace, batch: int, step
               capacity: int) -> List[str]:
     return ["--part", "step", "--task", task, "--policy", policy, "--device", args.device,
             "--batch", str(batch), "--steps", str(steps), "--capacity", str(capacity),
-            "--host-pool", str(args.host_pool)]
+            "--host-pool", str(args.host_pool), "--threads", str(args.threads)]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -388,6 +397,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="timed rounds per copy size (default 7; 3 with --quick)")
     p.add_argument("--host-pool", type=int, default=0,
                    help="host_pool bytes for swap/hybrid (default 0: pyalloc's own choice)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch's CPU threads in the step workers (default 1 on the simulated "
+                        "device, torch's own choice on cuda; 0: torch's own choice)")
     p.add_argument("--skip-copy", action="store_true", help="only the step-time part")
     p.add_argument("--skip-steps", action="store_true", help="only the copy-throughput part")
     p.add_argument("--quick", action="store_true",
@@ -406,6 +418,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     steps = args.steps or (3 if args.quick else 6)
     sizes = args.sizes or ([4, 16] if args.quick else [4, 16, 64, 256])
     reps = args.reps or (3 if args.quick else 7)
+    if args.threads is None:
+        # On the simulated device compute and the swap copies share the CPU: one thread
+        # leaves the copy streams cores of their own, as a GPU's copy engines are not its
+        # SMs. It also keeps the figures steady on a shared machine: two intra-op threads
+        # against one busy neighbour made the same mlp step take 0.26 s or 1.3 s on the
+        # 2-core dev VM; one thread, 0.29 to 0.30 s.
+        args.threads = 1 if args.device == "cpu" else 0
     if args.worker:
         out = (copy_worker(args.device, sizes, reps) if args.part == "copy"
                else step_worker(args))
@@ -424,9 +443,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.time()
     copy: Dict[str, Any] = {}
     if not args.skip_copy:
-        print(f"copy throughput: {', '.join(map(str, sizes))} MiB x {reps} rounds", flush=True)
         copy = spawn(["--part", "copy", "--device", args.device, "--reps", str(reps),
-                      "--sizes", *map(str, sizes)], "copy")
+                      "--sizes", *map(str, sizes)],
+                     f"copy throughput: {', '.join(map(str, sizes))} MiB x {reps} rounds")
     results: List[Dict[str, Any]] = []
 
     def record(r: Dict[str, Any]) -> Dict[str, Any]:
@@ -438,32 +457,32 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     for task in tasks if not args.skip_steps else []:
         batch = args.batch or TASKS[task].default_batch
-        print(f"{task}/baseline", flush=True)
         base = record(spawn(step_args(task, "none", args, batch, steps, capacity),
-                            f"{task}/baseline"))
+                            f"{task}/baseline", {"task": task, "policy": "none"}))
         for policy in args.policies:
             for frac in args.fractions:
                 label = f"{task}/{policy}@{frac}"
+                ident = {"task": task, "policy": policy, "fraction": frac}
                 if not base.get("peak"):   # no peak, no budget to scale
-                    record({"task": task, "policy": policy, "fraction": frac,
-                            "error": f"{label}: skipped, the baseline did not train"})
+                    record({**ident, "error": f"{label}: skipped, the baseline did not train"})
                     continue
-                print(label, flush=True)
                 record(spawn(step_args(task, policy, args, batch, steps, capacity)
                              + ["--fraction", str(frac), "--peak", str(base["peak"]),
-                                "--base-step", str(base["result"]["step_s"])], label))
+                                "--base-step", str(base["result"]["step_s"])], label, ident))
     import torch
 
     name = copy.get("device_name")
-    if not name:   # the copy part was skipped, or failed
-        name = (torch.cuda.get_device_name(0) if args.device == "cuda" and
-                torch.cuda.is_available() else sim_device_name())
+    if not name and args.device == "cpu":   # the copy part was skipped, or failed
+        name = sim_device_name()
+    elif not name:
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA GPU"
     meta = {"device": args.device, "device_name": name,
             "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
             "seconds": round(time.time() - started),
             "command": "python tools/bench_swap.py " + " ".join(
                 sys.argv[1:] if argv is None else argv),
-            "steps": steps, "warmup_steps": _warmup(steps), "copy_statistic": "median"}
+            "steps": steps, "warmup_steps": _warmup(steps), "threads": args.threads,
+            "copy_statistic": "median"}
     (out_dir / "bench_swap.json").write_text(
         json.dumps({"meta": meta, "copy": copy, "steps": results}, indent=1))
     md = [f"{meta}"]
