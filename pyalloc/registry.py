@@ -548,7 +548,9 @@ class Registry(TorchDispatchMode):
             other = self._by_ordinal.get(ordinal)
             if other is None or not other.evicted or not other.clean or other.pins:
                 continue
-            if self.engine.unallocated() < other.nbytes:
+            # Room for it and as much again: backward's next allocations (the gradient of
+            # what was just unpacked, about its size) must not have to evict it again.
+            if self.engine.unallocated() < other.nbytes + node.nbytes:
                 return
             lib.pyalloc_set_thread_may_evict(0)
             try:

@@ -205,7 +205,7 @@ def test_trace_on_gpu_replays_to_the_same_peak(tmp_path):
 
 REMAT_RUN = """
 import threading, torch, pyalloc
-pyalloc.install(device="cuda", budget={budget}, policy={policy!r})
+pyalloc.install(device="cuda", budget={budget}, policy={policy!r}, **{options!r})
 from pyalloc.models import TASKS
 from pyalloc import registry
 torch.manual_seed(0)
@@ -242,7 +242,8 @@ if reg is not None:
     # or backward ops would read storages the registry could evict under them.
     print("threads", len(threads - {{threading.get_ident()}}))
 print("ooms caught", s["num_ooms"])
-print("peak", s["reserved_bytes.all.peak"], "recomputes", s.get("remat.recomputes", 0))
+print("peak", s["reserved_bytes.all.peak"], "recomputes", s.get("remat.recomputes", 0),
+      "swap_ins", s.get("remat.swap_ins", 0), "prefetch_hits", s.get("remat.prefetch_hits", 0))
 """
 
 
@@ -253,7 +254,7 @@ def test_recompute_on_gpu_is_bit_identical_at_half_the_peak(task, batch):
     # backward's). The small cuBLAS workspace setting keeps the latter from dominating
     # these small models.
     env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
-    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST)
+    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST, options={})
     free = run_in_subprocess(REMAT_RUN.format(budget=repr("8GiB"), policy="none", **run), env=env)
     peak = int(free.splitlines()[-1].split()[1])
     tight = run_in_subprocess(REMAT_RUN.format(budget=int(0.5 * peak), policy="recompute", **run),
@@ -262,3 +263,56 @@ def test_recompute_on_gpu_is_bit_identical_at_half_the_peak(task, batch):
     last = tight.splitlines()[-1].split()
     assert int(last[1]) <= int(0.5 * peak) and int(last[3]) > 0, last
     assert "threads 1" in tight   # the backward thread went through the registry
+
+
+@pytest.mark.parametrize("policy", ["swap", "hybrid"])
+@pytest.mark.parametrize("task,batch", [("cnn", 64), ("transformer", 32)])
+def test_swap_on_gpu_is_bit_identical_at_half_the_peak(task, batch, policy):
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST)
+    free = run_in_subprocess(REMAT_RUN.format(budget=repr("8GiB"), policy="none", options={},
+                                              **run), env=env)
+    peak = int(free.splitlines()[-1].split()[1])
+    tight = run_in_subprocess(REMAT_RUN.format(budget=int(0.5 * peak), policy=policy,
+                                               options={"host_pool": "2GiB"}, **run), env=env)
+    assert training_record(tight) == training_record(free)
+    last = tight.splitlines()[-1].split()
+    assert int(last[1]) <= int(0.5 * peak), last
+    assert int(last[5]) > 0 or policy == "hybrid", last        # swapped in
+    assert "threads 1" in tight
+
+
+def test_swap_copies_on_gpu_are_stream_ordered():
+    # The engine alone on CUDA: pinned host pool, copies on its own streams. The swapped-out
+    # block is freed at once and its memory reused by the next tensor, which is written at
+    # once: the swap-out must still have copied the old bytes.
+    out = run_in_subprocess("""
+        import time, torch, pyalloc
+        pyalloc.install(device="cuda", budget="300MiB")   # room for one 256 MiB tensor
+        engine = pyalloc._engine(None)
+        engine.set_host_pool(512 << 20)
+        stream = torch.cuda.current_stream().cuda_stream
+        n = 256 << 20
+        x = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+        want = x.cpu()
+        slot = engine.swap_out(x.data_ptr(), n, stream)
+        x.untyped_storage().resize_(0)              # free now; reuse only after the copy
+        y = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        y.fill_(7)
+        engine.swap_in(slot, y.data_ptr(), stream)
+        engine.swap_wait(slot, stream)
+        assert torch.equal(y.cpu(), want)
+        engine.swap_release(slot)
+        # Throughput, for the log (tools/bench_swap.py measures it properly).
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        slot = engine.swap_out(y.data_ptr(), n, stream)
+        engine.synchronize()
+        out_s = time.perf_counter() - t
+        t = time.perf_counter()
+        engine.swap_in(slot, y.data_ptr(), stream)
+        engine.swap_wait(slot, stream)
+        torch.cuda.synchronize()
+        print("ok", "out GB/s", n / out_s / 1e9, "in GB/s", n / (time.perf_counter() - t) / 1e9)
+    """)
+    assert out.startswith("ok")

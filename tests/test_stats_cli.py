@@ -465,6 +465,19 @@ def test_watch_shows_rematerialization_counters_when_present(tmp_path, capsys, e
     assert "recomputes" not in out
 
 
+def test_watch_shows_swap_counters_under_swap(tmp_path, capsys, engine):
+    stats = {**engine.stats(), "remat.evictions": 7, "remat.recomputes": 0,
+             "remat.swap_outs": 5, "remat.swap_out_bytes": 10 * MiB, "remat.swap_ins": 4,
+             "remat.swap_in_bytes": 8 * MiB, "remat.prefetches": 3, "remat.prefetch_hits": 3,
+             "remat.prefetch_ready": 2, "host_pool_used_bytes.current": 2 * MiB,
+             "host_pool_bytes": 64 * MiB}
+    publish(tmp_path / "stats.json", stats)
+    code, out, _ = run_cli(capsys, "watch", str(tmp_path / "stats.json"), "--once")
+    assert code == 0
+    assert "5 (10.00 MiB) / 4 (8.00 MiB)" in out and "3 (3 / 2)" in out
+    assert "2.00 MiB of 64.00 MiB" in out
+
+
 def test_watch_by_pid_reads_the_temp_file_and_counts_frames(capsys):
     path = stats_path_for_pid(os.getpid())
     try:

@@ -55,10 +55,10 @@ namespace pyalloc {
     "policy swap/hybrid: how many swapped-out tensors backward brings back ahead of use, in "\
     "the order the previous iteration used them (0: only on use). Never evicts for it.")     \
   X(min_evictable, kSize, "64KiB",                                                           \
-    "policy recompute: storages smaller than this are never evicted (they free little and "  \
+    "Any policy: storages smaller than this are never evicted (they free little and "  \
     "cost a search and a replay each).")                                                      \
   X(remat_cost, kChoice, "model",                                                            \
-    "policy recompute: how the cost of recomputing a storage is estimated: model (bytes "   \
+    "Any policy: how the cost of recomputing a storage is estimated: model (bytes "   \
     "moved plus FLOPs of matmuls and convolutions, deterministic), time (host clock around " \
     "the op; meaningful only where ops are synchronous), or bytes (its size).")              \
   X(trace_capacity, kInt, "0",                                                               \

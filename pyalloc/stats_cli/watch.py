@@ -152,6 +152,17 @@ def frame_sections(doc: Dict[str, Any], path: Path, history: List[int],
                            f"({s.get('remat.recompute_ns', 0) / 1e9:.2f} s)"),
             ("evicted now", format_bytes(s.get("remat.evicted_bytes"))),
         ]
+    if "remat.swap_outs" in s:    # policy="swap" or "hybrid"
+        rows[-1:-1] = [
+            ("swaps out / in",
+             f"{s['remat.swap_outs']} ({format_bytes(s.get('remat.swap_out_bytes'))}) / "
+             f"{s.get('remat.swap_ins', 0)} ({format_bytes(s.get('remat.swap_in_bytes'))})"),
+            ("prefetched (used / ready at use)",
+             f"{s.get('remat.prefetches', 0)} ({s.get('remat.prefetch_hits', 0)} / "
+             f"{s.get('remat.prefetch_ready', 0)})"),
+            ("host pool", f"{format_bytes(s.get('host_pool_used_bytes.current'))} of "
+                          f"{format_bytes(s.get('host_pool_bytes'))}"),
+        ]
     notes = []
     if running is False:
         notes.append(f"process {pid} is not running: these are its last stats, "
