@@ -71,19 +71,21 @@ print("params", _h.hexdigest())
 
 
 # A training run of one of pyalloc.models' tasks in a fresh process: install with the
-# given options, train with SGD and momentum, print the losses, the state digest, the peak
-# reserved bytes, and the registry's counters ("remat.*", without the prefix).
+# given options, run `setup`, train with SGD and momentum, run `report`, print the losses,
+# the state digest, the peak reserved bytes, and the registry's counters ("remat.*",
+# without the prefix) with num_ooms.
 TRAIN = """
 import json, torch, pyalloc
-pyalloc.install(device="cpu", budget={budget!r}, **{options!r})
+pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
 from pyalloc.models import TASKS
-{setup}
-task = TASKS[{task!r}]
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
-model = task.build()
+{setup}
+task = TASKS[{task!r}]
+model = task.build().to({device!r})
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x, y = task.batch({batch}, torch.Generator().manual_seed(1))
+x, y = x.to({device!r}), y.to({device!r})
 for step in range({steps}):
     opt.zero_grad(set_to_none=True)
     loss = task.loss(model, x, y)
@@ -91,31 +93,36 @@ for step in range({steps}):
     opt.step()
     print("loss", loss.item().hex())
 {digest}
+{report}
 pyalloc.check_invariants()
 s = pyalloc.memory_stats()
 print("peak_reserved", s["reserved_bytes.all.peak"])
-print(json.dumps({{k[6:]: v for k, v in s.items() if k.startswith("remat.")}}))
+print(json.dumps({{"num_ooms": s["num_ooms"],
+                  **{{k[6:]: v for k, v in s.items() if k.startswith("remat.")}}}}))
 """
 
 TRAIN_BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}
 
 
 @functools.lru_cache(maxsize=None)
-def _train(task: str, budget, steps: int, batch: int, options: tuple, setup: str) -> str:
+def _train(task: str, budget, steps: int, batch: int, device: str, options: tuple, setup: str,
+           report: str, env: tuple) -> str:
     return run_in_subprocess(TRAIN.format(task=task, budget=budget, options=dict(options),
-                                          steps=steps, batch=batch, setup=setup,
-                                          digest=STATE_DIGEST))
+                                          steps=steps, batch=batch, device=device, setup=setup,
+                                          report=report, digest=STATE_DIGEST), env=dict(env))
 
 
-def train(task: str, budget, steps: int = 20, batch: int | None = None, setup: str = "",
-          **options) -> dict:
+def train(task: str, budget, steps: int = 20, batch: int | None = None, device: str = "cpu",
+          setup: str = "", report: str = "", env: dict | None = None, **options) -> dict:
     """Trains ``task`` in a subprocess (see TRAIN); returns ``{"record": lines that must match
-    bit for bit, "peak": peak reserved bytes, **registry counters}``. Identical calls are
-    run once per test session (the unconstrained reference runs are shared)."""
-    out = _train(task, budget, steps, batch or TRAIN_BATCH[task], tuple(sorted(options.items())),
-                 setup)
+    bit for bit, "peak": peak reserved bytes, "output": everything printed, **registry
+    counters}``. Identical calls are run once per test session (the unconstrained reference
+    runs are shared)."""
+    out = _train(task, budget, steps, batch or TRAIN_BATCH[task], device,
+                 tuple(sorted(options.items())), setup, report,
+                 tuple(sorted((env or {}).items())))
     lines = out.splitlines()
-    return {"record": training_record(out), "peak": int(lines[-2].split()[1]),
+    return {"record": training_record(out), "peak": int(lines[-2].split()[1]), "output": out,
             **json.loads(lines[-1])}
 
 

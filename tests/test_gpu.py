@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PARAM_DIGEST, STATE_DIGEST, run_in_subprocess, training_record
+from conftest import PARAM_DIGEST, run_in_subprocess, train, training_record
 
 pytestmark = pytest.mark.gpu
 
@@ -203,83 +203,61 @@ def test_trace_on_gpu_replays_to_the_same_peak(tmp_path):
     """)
 
 
-REMAT_RUN = """
-import threading, torch, pyalloc
-pyalloc.install(device="cuda", budget={budget}, policy={policy!r}, **{options!r})
-from pyalloc.models import TASKS
-from pyalloc import registry
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
 # cuDNN picks its convolution algorithm by the workspace it can get: under a tight budget
 # PyTorch catches the failed workspace allocation and falls back to another algorithm,
 # which rounds differently (as with the native allocator under a memory cap). Convolutions
-# without cuDNN use fixed workspaces, so the comparison isolates what pyalloc does.
-torch.backends.cudnn.enabled = {cudnn}
-task = TASKS[{task!r}]
-model = task.build().cuda()
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = task.batch({batch}, torch.Generator().manual_seed(1))
-x, y = x.cuda(), y.cuda()
+# without cuDNN use fixed workspaces, so the comparison isolates what pyalloc does. The
+# spy records which threads the registry's dispatch mode runs on.
+GPU_SETUP = """
+import threading
+from pyalloc import registry
+torch.backends.cudnn.enabled = False
 reg = registry.active()
-if reg is not None:   # record which threads the registry's dispatch mode runs on
-    threads = set()
+threads = set()
+if reg is not None:
     original = type(reg).__torch_dispatch__
     def spy(self, func, types, args=(), kwargs=None):
         threads.add(threading.get_ident())
         return original(self, func, types, args, kwargs)
     type(reg).__torch_dispatch__ = spy
-for step in range(10):
-    opt.zero_grad(set_to_none=True)
-    loss = task.loss(model, x, y)
-    loss.backward()
-    opt.step()
-    print("loss", loss.item().hex())
-{digest}
-pyalloc.check_invariants()
-s = pyalloc.memory_stats()
-if reg is not None:
-    # CUDA backward runs on autograd's device thread: the mode must be active there too,
-    # or backward ops would read storages the registry could evict under them.
-    print("threads", len(threads - {{threading.get_ident()}}))
-print("ooms caught", s["num_ooms"])
-print("peak", s["reserved_bytes.all.peak"], "recomputes", s.get("remat.recomputes", 0),
-      "swap_ins", s.get("remat.swap_ins", 0), "prefetch_hits", s.get("remat.prefetch_hits", 0))
 """
+# CUDA backward runs on autograd's device thread: the mode must be active there too, or
+# backward ops would read storages the registry could evict under them.
+GPU_REPORT = """
+print("threads", len(threads - {threading.get_ident()}))
+"""
+# Half the peak, not the 35% of the simulated-device tests: on the GPU more must stay
+# resident (cuDNN workspaces; cuBLAS's, one per handle, so per thread: the forward's and
+# the backward's). The small cuBLAS workspace setting keeps the latter from dominating
+# these small models.
+GPU_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+
+
+def train_on_gpu(task: str, batch: int, budget, **options) -> dict:
+    return train(task, budget, steps=10, batch=batch, device="cuda", setup=GPU_SETUP,
+                 report=GPU_REPORT, env=GPU_ENV, **options)
 
 
 @pytest.mark.parametrize("task,batch", [("cnn", 64), ("transformer", 32)])
 def test_recompute_on_gpu_is_bit_identical_at_half_the_peak(task, batch):
-    # Half, not the 35% of the simulated-device tests: on the GPU more must stay resident
-    # (cuDNN workspaces; cuBLAS's, one per handle, so per thread: the forward's and the
-    # backward's). The small cuBLAS workspace setting keeps the latter from dominating
-    # these small models.
-    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
-    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST, options={})
-    free = run_in_subprocess(REMAT_RUN.format(budget=repr("8GiB"), policy="none", **run), env=env)
-    peak = int(free.splitlines()[-1].split()[1])
-    tight = run_in_subprocess(REMAT_RUN.format(budget=int(0.5 * peak), policy="recompute", **run),
-                              env=env)
-    assert training_record(tight) == training_record(free)
-    last = tight.splitlines()[-1].split()
-    assert int(last[1]) <= int(0.5 * peak) and int(last[3]) > 0, last
-    assert "threads 1" in tight   # the backward thread went through the registry
+    free = train_on_gpu(task, batch, "8GiB")
+    budget = int(0.5 * free["peak"])
+    tight = train_on_gpu(task, batch, budget, policy="recompute")
+    assert tight["record"] == free["record"]
+    assert tight["peak"] <= budget and tight["recomputes"] > 0, tight
+    assert "threads 1" in tight["output"]   # the backward thread went through the registry
 
 
 @pytest.mark.parametrize("policy", ["swap", "hybrid"])
 @pytest.mark.parametrize("task,batch", [("cnn", 64), ("transformer", 32)])
 def test_swap_on_gpu_is_bit_identical_at_half_the_peak(task, batch, policy):
-    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
-    run = dict(task=task, batch=batch, cudnn=False, digest=STATE_DIGEST)
-    free = run_in_subprocess(REMAT_RUN.format(budget=repr("8GiB"), policy="none", options={},
-                                              **run), env=env)
-    peak = int(free.splitlines()[-1].split()[1])
-    tight = run_in_subprocess(REMAT_RUN.format(budget=int(0.5 * peak), policy=policy,
-                                               options={"host_pool": "2GiB"}, **run), env=env)
-    assert training_record(tight) == training_record(free)
-    last = tight.splitlines()[-1].split()
-    assert int(last[1]) <= int(0.5 * peak), last
-    assert int(last[5]) > 0 or policy == "hybrid", last        # swapped in
-    assert "threads 1" in tight
+    free = train_on_gpu(task, batch, "8GiB")
+    budget = int(0.5 * free["peak"])
+    tight = train_on_gpu(task, batch, budget, policy=policy, host_pool="2GiB")
+    assert tight["record"] == free["record"]
+    assert tight["peak"] <= budget, tight
+    assert tight["swap_ins"] > 0 or policy == "hybrid", tight
+    assert "threads 1" in tight["output"]
 
 
 def test_swap_copies_on_gpu_are_stream_ordered():

@@ -485,7 +485,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             "copy_statistic": "median"}
     (out_dir / "bench_swap.json").write_text(
         json.dumps({"meta": meta, "copy": copy, "steps": results}, indent=1))
-    md = [f"{meta}"]
+    md = [f"Device: {name} (PyTorch {meta['torch']}), {meta['date']}, {meta['seconds']} s. "
+          f"Command: `{meta['command']}`. Training threads: {args.threads or 'default'}."]
     if copy:
         md += ["## Copy throughput (GB/s, median of rounds)", copy_table(copy)]
     if results:

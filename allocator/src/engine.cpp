@@ -69,7 +69,9 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       pool_.take(block, rounded, size, stream);
       trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
       after_op_locked();
-      std::vector<std::uint64_t> extra = plan_proactive_locked();
+      // A thread that may not evict (a prefetch) must not make room for later either.
+      std::vector<std::uint64_t> extra =
+          t_may_evict ? plan_proactive_locked() : std::vector<std::uint64_t>{};
       if (!extra.empty()) {
         EvictCallback callback = evict_callback_;
         void* context = evict_context_;
