@@ -430,6 +430,10 @@ uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine) {
 
 void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(may_evict != 0); }
 
+void pyalloc_set_thread_persistent(int persistent) {
+  Engine::set_thread_persistent(persistent != 0);
+}
+
 int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out) {
   PYALLOC_CHECK_ENGINE(engine);
   if (!out) return fail("out is NULL");

@@ -125,6 +125,10 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         _install_cpu(text)
     _installed_device = resolved
     chosen = effective(text)
+    if chosen["inplace_update"] == "true" or os.environ.get("PYALLOC_INPLACE_UPDATE") == "1":
+        from . import inplace
+
+        inplace.enable()
     if chosen["policy"] != "none":
         from . import registry
 

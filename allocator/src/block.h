@@ -52,7 +52,11 @@ constexpr std::size_t kRoundLarge = std::size_t{2} << 20;      // large segments
 // An oversize request (>= max_split_size) accepts a cached block at most this much larger.
 constexpr std::size_t kMaxNonSplitRounding = std::size_t{20} << 20;
 
-enum class PoolKind : std::uint8_t { kSmall = 0, kLarge = 1 };
+// kPersistent: the INPLACE_UPDATE region (parameters, gradients, optimizer state), kept
+// in segments of its own so that long-lived tensors never sit between activations. A
+// request's pool is pool_for(size), or kPersistent when its thread is in that region.
+enum class PoolKind : std::uint8_t { kSmall = 0, kLarge = 1, kPersistent = 2 };
+constexpr int kPoolKinds = 3;
 enum class BlockState : std::uint8_t { kFree, kAllocated, kAwaitingEvents };
 
 inline std::size_t round_up(std::size_t n, std::size_t multiple) {

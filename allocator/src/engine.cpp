@@ -9,10 +9,12 @@
 
 namespace pyalloc {
 namespace {
-thread_local bool t_may_evict = true;  // set_thread_may_evict
+thread_local bool t_may_evict = true;   // set_thread_may_evict
+thread_local bool t_persistent = false; // set_thread_persistent
 }  // namespace
 
 void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
+void Engine::set_thread_persistent(bool persistent) { t_persistent = persistent; }
 
 std::size_t Engine::unallocated_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -59,13 +61,14 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
   if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
+  const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
   // Each round takes its victims out of the evictable set, so rounds end when nothing is
   // left; the cap only guards against a registry that keeps re-marking the same blocks.
   constexpr int kMaxEvictRounds = 1 << 16;
   constexpr int kMaxWaitUs = 200'000;
   int waited_us = 0;
   for (int round = 0;; ++round) {
-    if (Block* block = climb_locked(rounded, stream)) {
+    if (Block* block = climb_locked(rounded, stream, kind)) {
       pool_.take(block, rounded, size, stream);
       trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
       after_op_locked();
@@ -87,7 +90,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       return nullptr;
     }
     if (round == kMaxEvictRounds) break;
-    std::vector<std::uint64_t> victims = plan_eviction_locked(rounded, stream);
+    std::vector<std::uint64_t> victims = plan_eviction_locked(rounded, stream, kind);
     if (victims.empty()) {
       // Other threads' victims are on their way out: wait a little for their frees rather
       // than fail. Bounded, because the waiting thread may hold the GIL those evictions

@@ -70,6 +70,9 @@ class Engine {
   // While false on a thread, its allocations skip the evict rung and fail quietly (not
   // counted as OOMs): prefetching must never push out what is needed sooner.
   static void set_thread_may_evict(bool may_evict);
+  // While true on a thread, its allocations come from the persistent region (segments of
+  // pool kPersistent, apart from activations): INPLACE_UPDATE's parameters and state.
+  static void set_thread_persistent(bool persistent);
   // Nanoseconds callers have spent blocked waiting for other streams' work (fences before
   // reuse, synchronizations before releasing memory, host pool waits). Lock-free: the
   // hybrid policy reads it often, to tell compute time from time spent waiting on copies.
@@ -122,14 +125,15 @@ class Engine {
  private:
   // --- the reclaim ladder (reclaim.cpp) ---
   // Rungs 1-4 (cached, grow, fence, release); nullptr if none served the request.
-  Block* climb_locked(std::size_t rounded, StreamId stream);
+  Block* climb_locked(std::size_t rounded, StreamId stream, PoolKind kind);
   // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
-  std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream);
+  std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream,
+                                                  PoolKind kind);
   // Proactive eviction after a successful allocation (evict_threshold).
   std::vector<std::uint64_t> plan_proactive_locked();
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
-  Block* find_cached_locked(std::size_t rounded, StreamId stream);
-  Block* grow_locked(std::size_t rounded);
+  Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind);
+  Block* grow_locked(std::size_t rounded, PoolKind kind);
   bool fence_streams_locked(StreamId stream);
   bool release_cached_locked();
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);

@@ -69,9 +69,8 @@ double window_cost(const Block* b, std::uint64_t clock) {
 // The cheapest contiguous run holding `rounded` bytes in any segment of the request's
 // pool. Two pointers per run of usable blocks: costs are non-negative, so for each right
 // end the left end moves right while the window still holds the request.
-EvictPlan plan_window(const Pool& pool, std::size_t rounded, StreamId stream,
+EvictPlan plan_window(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
                       std::uint64_t clock) {
-  const PoolKind kind = pool_for(rounded);
   Block* best_first = nullptr;
   Block* best_last = nullptr;
   double best_cost = std::numeric_limits<double>::infinity();
@@ -155,13 +154,13 @@ EvictPlan plan_segments(const Pool& pool, std::size_t needed, std::size_t headro
 }  // namespace
 
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
-                        StreamId stream, std::uint64_t clock, std::size_t headroom,
-                        std::size_t granularity) {
+                        PoolKind kind, StreamId stream, std::uint64_t clock,
+                        std::size_t headroom, std::size_t granularity) {
   switch (strategy) {
     case EvictStrategy::kDtr: return plan_by_score(pool, rounded, clock, false);
     case EvictStrategy::kDte: return plan_by_score(pool, rounded, clock, true);
     case EvictStrategy::kWindow: {
-      EvictPlan plan = plan_window(pool, rounded, stream, clock);
+      EvictPlan plan = plan_window(pool, rounded, kind, stream, clock);
       if (!plan.victims.empty()) return plan;
       return plan_segments(pool, round_up(rounded, granularity), headroom, clock);
     }

@@ -38,9 +38,10 @@ struct EvictPlan {
 
 // What to evict so that a request of `rounded` bytes on `stream` can be served, given
 // `headroom` bytes still under the budget. Empty when nothing evictable would help.
+// `kind`: the pool the request is served from.
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
-                        StreamId stream, std::uint64_t clock, std::size_t headroom,
-                        std::size_t granularity);
+                        PoolKind kind, StreamId stream, std::uint64_t clock,
+                        std::size_t headroom, std::size_t granularity);
 
 // Victims totalling at least `bytes`, cheapest by DTR's heuristic (proactive eviction).
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock);

@@ -189,6 +189,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "remat_cost") {
     matched = true, kind = OptionKind::kChoice;
     ok = parse_choice(key, value, &o->remat_cost);
+  } else if (key == "inplace_update") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->inplace_update);
   } else if (key == "trace_capacity") {
     matched = true, kind = OptionKind::kInt;
     ok = parse_count(value, &o->trace_capacity);
@@ -301,8 +304,10 @@ std::string Options::to_string() const {
                 check_invariants ? "true" : "false");
   out += buf;
   std::snprintf(buf, sizeof buf,
-                ",policy:%s,host_pool:%zu,prefetch:%zu,min_evictable:%zu,remat_cost:%s",
-                policy.c_str(), host_pool, prefetch, min_evictable, remat_cost.c_str());
+                ",policy:%s,host_pool:%zu,prefetch:%zu,min_evictable:%zu,remat_cost:%s,"
+                "inplace_update:%s",
+                policy.c_str(), host_pool, prefetch, min_evictable, remat_cost.c_str(),
+                inplace_update ? "true" : "false");
   return out + buf;
 }
 

@@ -61,6 +61,10 @@ namespace pyalloc {
     "Any policy: how the cost of recomputing a storage is estimated: model (bytes "   \
     "moved plus FLOPs of matmuls and convolutions, deterministic), time (host clock around " \
     "the op; meaningful only where ops are synchronous), or bytes (its size).")              \
+  X(inplace_update, kBool, "false",                                                          \
+    "INPLACE_UPDATE mode: parameters, gradients and optimizer state live in a persistent "   \
+    "region of their own and are updated in place (SGD, Adam, AdamW: no allocation inside "  \
+    "step()); zero_grad() zeroes in place. Also PYALLOC_INPLACE_UPDATE=1. Read by Python.")  \
   X(trace_capacity, kInt, "0",                                                               \
     "Record the most recent N allocator events from the engine's creation (0: off). "        \
     "pyalloc.record_trace() turns recording on for a block of code instead.")               \
@@ -89,6 +93,7 @@ struct Options {
   std::size_t prefetch = 0;
   std::size_t min_evictable = 0;
   std::string remat_cost;
+  bool inplace_update = false;
 
   // The table's defaults (the member initializers above are placeholders).
   static Options defaults();

@@ -26,6 +26,7 @@ const char* state_name(BlockState s) {
 Pool::Pool(std::size_t max_split_size)
     : max_split_size_(max_split_size),
       free_{FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_)),
+            FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_)),
             FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_))} {}
 
 Pool::~Pool() {
@@ -92,12 +93,12 @@ void Pool::fast_remove(Block* b) {
   inactive_split_account(b, -1);
 }
 
-Block* Pool::fast_find(std::size_t rounded, StreamId stream) const {
+Block* Pool::fast_find(std::size_t rounded, StreamId stream, PoolKind kind) const {
   if (fast_list_.empty()) return nullptr;
   // Newest first (pushes go to the head). Only blocks of the request's pool: a size
   // decides its pool, but a large-pool block can be small after splits.
   for (Block* b = fast_heads_.find(rounded); b; b = b->fast_next) {
-    if (b->segment->pool != pool_for(rounded)) continue;
+    if (b->segment->pool != kind) continue;
     if (b->stream == stream || b->stream == kAnyStream) return b;
   }
   return nullptr;
@@ -130,8 +131,8 @@ bool Pool::acceptable(const Block* b, std::size_t rounded) const {
   return b->size < rounded + kMaxNonSplitRounding;
 }
 
-Block* Pool::find_exact(std::size_t rounded, StreamId stream) const {
-  Block* exact = fast_find(rounded, stream);
+Block* Pool::find_exact(std::size_t rounded, StreamId stream, PoolKind kind) const {
+  Block* exact = fast_find(rounded, stream, kind);
   return exact && acceptable(exact, rounded) ? exact : nullptr;
 }
 
@@ -153,7 +154,8 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) c
 
 bool Pool::should_split(const Block* b, std::size_t rounded) const {
   std::size_t remaining = b->size - rounded;
-  if (b->segment->pool == PoolKind::kSmall) return remaining >= kMinBlockSize;
+  // Persistent segments hold tensors that live for the whole run: pack them tightly.
+  if (b->segment->pool != PoolKind::kLarge) return remaining >= kMinBlockSize;
   // In the large pool a remainder of 1 MiB or less could only ever serve small requests,
   // which the large pool never sees; keeping it attached avoids a useless sliver.
   return remaining > kSmallSize && (max_split_size_ == 0 || rounded < max_split_size_);
@@ -490,7 +492,7 @@ std::string Pool::check_invariants() const {
       oversize_segments != stats_.oversize_segments.current) {
     return "oversize_allocations/oversize_segments disagree with the blocks";
   }
-  if (free_blocks != free_[0].size() + free_[1].size() + fast_list_.size()) {
+  if (free_blocks != free_[0].size() + free_[1].size() + free_[2].size() + fast_list_.size()) {
     return "free sets or the exact-size cache hold blocks that are not free";
   }
   if (allocated_blocks != allocated_.size()) return "allocated map holds blocks that are not allocated";
@@ -534,7 +536,8 @@ std::string Pool::snapshot_json() const {
                   "%s{\"address\":%" PRIuPTR ",\"total_size\":%zu,\"segment_type\":\"%s\","
                   "\"allocated_size\":%lld,\"active_size\":%lld,\"blocks\":[",
                   first_seg ? "" : ",", seg->addr, seg->size,
-                  seg->pool == PoolKind::kSmall ? "small" : "large",
+                  seg->pool == PoolKind::kSmall ? "small"
+                  : seg->pool == PoolKind::kLarge ? "large" : "persistent",
                   static_cast<long long>(allocated), static_cast<long long>(active));
     out += buf;
     first_seg = false;

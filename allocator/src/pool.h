@@ -40,8 +40,8 @@ class Pool {
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  // A block of exactly `rounded` bytes from the exact-size cache, or nullptr.
-  Block* find_exact(std::size_t rounded, StreamId stream) const;
+  // A block of exactly `rounded` bytes of pool `kind` from the exact-size cache, or nullptr.
+  Block* find_exact(std::size_t rounded, StreamId stream, PoolKind kind) const;
   // The best block of the free sets (not the exact-size cache: flush it first) for a
   // request of `rounded` bytes on `stream`: the smallest that fits among blocks tagged
   // `stream` and blocks tagged kAnyStream, honouring max_split_size. nullptr if none.
@@ -106,14 +106,14 @@ class Pool {
 
   void fast_push(Block* block);
   void fast_remove(Block* block);
-  Block* fast_find(std::size_t rounded, StreamId stream) const;
+  Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind) const;
   Block* new_block();
   void delete_block(Block* b);
 
   // Declared first: the containers below allocate from them until they are destroyed.
   NodeFreeList block_nodes_, set_nodes_;
   std::size_t max_split_size_;
-  FreeSet free_[2];                               // indexed by PoolKind
+  FreeSet free_[kPoolKinds];                      // indexed by PoolKind
   std::map<std::uintptr_t, Segment*> segments_;   // by address
   AddressMap allocated_;                          // kAllocated blocks by address
   // The exact-size cache: every cached block (so a flush costs what it holds), and the

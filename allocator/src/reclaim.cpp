@@ -34,16 +34,16 @@
 
 namespace pyalloc {
 
-Block* Engine::climb_locked(std::size_t rounded, StreamId stream) {
+Block* Engine::climb_locked(std::size_t rounded, StreamId stream, PoolKind kind) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
-  Block* block = find_cached_locked(rounded, stream);
-  if (!block) block = grow_locked(rounded);
-  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream);
+  Block* block = find_cached_locked(rounded, stream, kind);
+  if (!block) block = grow_locked(rounded, kind);
+  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream, kind);
   if (!block) {
     ++pool_.stats().num_alloc_retries;
-    if (release_cached_locked()) block = grow_locked(rounded);
+    if (release_cached_locked()) block = grow_locked(rounded, kind);
   }
-  if (!block && pool_for(rounded) == PoolKind::kSmall) {
+  if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
     // only memory left, and small requests never look there. Take a piece of one rather
     // than fail (seen in training under eviction: an 8 MiB free large block, a 1 MiB
@@ -71,11 +71,12 @@ std::vector<std::uint64_t> Engine::take_victims_locked(const EvictPlan& plan, bo
   return handles;
 }
 
-std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream) {
+std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream,
+                                                        PoolKind kind) {
   if (!evict_callback_) return {};
   const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
   const std::size_t headroom = budget_ > reserved ? budget_ - reserved : 0;
-  EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, stream, clock_,
+  EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
                                  headroom, backend_->granularity());
   if (plan.victims.empty()) return {};
   return take_victims_locked(plan, /*proactive=*/false);
@@ -92,16 +93,16 @@ std::vector<std::uint64_t> Engine::plan_proactive_locked() {
   return take_victims_locked(plan, /*proactive=*/true);
 }
 
-Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream) {
+Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind) {
   // An exact-size hit needs no search. On a miss, every cached block joins the free sets
   // first, so best fit (and every later rung) sees all free memory: See Note
   // [Exact-size cache] in pool.h.
-  if (Block* exact = pool_.find_exact(rounded, stream)) return exact;
+  if (Block* exact = pool_.find_exact(rounded, stream, kind)) return exact;
   pool_.flush_fast();
-  return pool_.find_free(rounded, stream);
+  return pool_.find_free_in(kind, rounded, stream);
 }
 
-Block* Engine::grow_locked(std::size_t rounded) {
+Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
   const std::size_t gran = backend_->granularity();
   const std::size_t reserved =
       static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
@@ -127,7 +128,7 @@ Block* Engine::grow_locked(std::size_t rounded) {
     }
     ++pool_.stats().num_device_alloc;
     trace_.record(TraceAction::kSegmentMap, va, size, 0, 0);
-    return pool_.add_segment(va, size, pool_for(rounded), phys);
+    return pool_.add_segment(va, size, kind, phys);
   }
   return nullptr;
 }

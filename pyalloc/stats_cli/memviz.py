@@ -120,7 +120,9 @@ def memviz_segment(seg: Dict[str, Any], device: int,
         "address": seg["address"],
         "total_size": seg["total_size"],
         "stream": segment_stream(seg),
-        "segment_type": seg.get("segment_type", "large"),
+        # memory_viz knows "small" and "large"; the persistent region (INPLACE_UPDATE) is
+        # shown as large, its blocks being parameters and optimizer state.
+        "segment_type": "small" if seg.get("segment_type") == "small" else "large",
         "allocated_size": sum(b["size"] for b in allocated),
         "active_size": sum(b["size"] for b in seg["blocks"] if b["state"] != FREE),
         "requested_size": sum(b.get("requested_size", b["size"]) for b in allocated),
