@@ -11,8 +11,9 @@ sometimes fail. A plain-Python model tracks every live block. After every step:
   blocks, ``requested_bytes.all.current`` the sum of their requested sizes,
   ``allocated_bytes.all.current`` the sum of their block sizes, and reserved <= budget;
 * the snapshot agrees with the model: each live block is allocated at its address with
-  its requested size, on its stream, in the pool and with the size its class dictates,
-  and no two live blocks overlap.
+  its requested size, on its stream, in the pool and with the size its class dictates
+  (a quarter of the allocations are made in INPLACE_UPDATE's persistent region, which
+  must keep them in segments of their own), and no two live blocks overlap.
 
 Every block holds a pattern written when it was allocated and verified before it is
 freed, so a block handed out twice, or reused while a stream still writes to it, reads
@@ -37,7 +38,7 @@ from memory_patterns import (
     MiB, ROUND_LARGE, SMALL_SIZE, pattern_bytes, pool_of, regions, round_size, round_up,
     write_pattern,
 )
-from pyalloc import Engine, OutOfMemoryError
+from pyalloc import Engine, OutOfMemoryError, _lib
 
 BUDGET = 64 * MiB
 CAPACITY = "128MiB"
@@ -60,6 +61,7 @@ class Live:
     fill: Optional[int] = None        # byte value of the last completed fill, if any
     pending: List[int] = field(default_factory=list)  # fills that may not have landed yet
     pending_stream: Optional[int] = None
+    persistent: bool = False          # allocated in the persistent region
 
     def expected(self, off: int, length: int) -> bytes:
         if self.fill is not None:
@@ -100,11 +102,17 @@ class EngineMachine(RuleBasedStateMachine):
 
     # --- rules ---------------------------------------------------------------------------
 
-    @rule(target=blocks, size=SIZES, stream_index=st.integers(0, 3))
-    def alloc(self, size, stream_index):
+    @rule(target=blocks, size=SIZES, stream_index=st.integers(0, 3),
+          persistent=st.sampled_from([False, False, False, True]))
+    def alloc(self, size, stream_index, persistent):
         ooms_before = self.engine.stats()["num_ooms"]
         try:
-            ptr = self.engine.alloc(size, self.streams[stream_index])
+            # The INPLACE_UPDATE region: segments of their own (pyalloc/inplace.py).
+            _lib.lib().pyalloc_set_thread_persistent(int(persistent))
+            try:
+                ptr = self.engine.alloc(size, self.streams[stream_index])
+            finally:
+                _lib.lib().pyalloc_set_thread_persistent(0)
         except OutOfMemoryError as error:
             message = str(error)
             assert "out of memory" in message, message
@@ -117,7 +125,7 @@ class EngineMachine(RuleBasedStateMachine):
             event("alloc: out of memory")
             return multiple()
         assert ptr and ptr % 512 == 0
-        block = Live(ptr, size, stream_index, next(_tags))
+        block = Live(ptr, size, stream_index, next(_tags), persistent=persistent)
         write_pattern(ptr, size, block.tag)
         self.live[block.tag] = block
         return block
@@ -227,7 +235,10 @@ class EngineMachine(RuleBasedStateMachine):
             assert b["requested_size"] == block.size
             assert b["stream"] == self.streams[block.stream_index]
             rounded = round_size(block.size)
-            if seg["segment_type"] == "small":
+            assert (seg["segment_type"] == "persistent") == block.persistent, seg["segment_type"]
+            if block.persistent:   # packed: split down to the smallest block
+                assert b["size"] == rounded
+            elif seg["segment_type"] == "small":
                 assert pool_of(block.size) == "small"
                 assert b["size"] == rounded
             else:  # a large-pool remainder of at most 1 MiB stays attached; a small request
