@@ -37,6 +37,7 @@ class ReplayResult:
     external_fragmentation: float = 0.0  # at the end of the replay
     num_alloc_retries: int = 0
     num_device_alloc: int = 0
+    num_stitches: int = 0
     options: str = ""
     live: Dict[str, Any] = field(default_factory=dict)  # the live run's final figures
 
@@ -153,4 +154,5 @@ def replay(trace: Mapping[str, Any], overrides: Mapping[str, Any] = (),
     result.external_fragmentation = stats["external_fragmentation"]
     result.num_alloc_retries = stats["num_alloc_retries"]
     result.num_device_alloc = stats["num_device_alloc"]
+    result.num_stitches = stats["num_stitches"]
     return result

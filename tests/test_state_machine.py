@@ -206,9 +206,20 @@ class EngineMachine(RuleBasedStateMachine):
         snapshot = {}
         awaiting = awaiting_bytes = reserved = 0
         free_sizes = []
-        for seg in self.engine.snapshot()["segments"]:
+        snap = self.engine.snapshot()
+        # Stitched ranges (requests served from free chunks of several segments) reserve
+        # nothing; their pieces show as allocated blocks of the segments they came from.
+        pieces = {address for r in snap["stitched"] for address, _ in r["pieces"]}
+        for r in snap["stitched"]:
+            snapshot[r["address"]] = ({"segment_type": "stitched"},
+                                      {"state": "active_allocated", "size": r["size"],
+                                       "requested_size": r["requested_size"],
+                                       "stream": r["stream"]})
+        for seg in snap["segments"]:
             reserved += seg["total_size"]
             for b in seg["blocks"]:
+                if b["address"] in pieces:
+                    continue   # holds a stitched block's data; counted with that block
                 snapshot[b["address"]] = (seg, b)
                 if b["state"] == "active_awaiting_free":
                     awaiting += 1
@@ -227,6 +238,7 @@ class EngineMachine(RuleBasedStateMachine):
                 pytest.approx(1 - max(free_sizes) / sum(free_sizes), abs=1e-12)
 
         allocated = 0
+        stitched = 0
         end_of_previous = 0
         for block in sorted(live, key=lambda b: b.ptr):
             assert block.ptr in snapshot, f"live block 0x{block.ptr:x} is not in the snapshot"
@@ -236,7 +248,11 @@ class EngineMachine(RuleBasedStateMachine):
             assert b["stream"] == self.streams[block.stream_index]
             rounded = round_size(block.size)
             assert (seg["segment_type"] == "persistent") == block.persistent, seg["segment_type"]
-            if block.persistent:   # packed: split down to the smallest block
+            if seg["segment_type"] == "stitched":
+                assert not block.persistent and rounded > SMALL_SIZE
+                assert b["size"] == round_up(rounded, ROUND_LARGE)
+                stitched += 1
+            elif block.persistent:   # packed: split down to the smallest block
                 assert b["size"] == rounded
             elif seg["segment_type"] == "small":
                 assert pool_of(block.size) == "small"
@@ -248,6 +264,9 @@ class EngineMachine(RuleBasedStateMachine):
             end_of_previous = block.ptr + b["size"]
             allocated += b["size"]
         assert stats["allocated_bytes.all.current"] == allocated
+        assert stitched == len(snap["stitched"])
+        if stitched:
+            event("a stitched block was live")
 
     def teardown(self):
         engine = self.engine

@@ -262,9 +262,10 @@ def test_a_slow_copy_engine_changes_nothing_and_steers_hybrid_to_recompute():
     assert swap["record"] == free["record"]
     assert swap["swap_outs"] > 0 and swap["prefetches"] == 0, swap
     hybrid = train("cnn", budget, steps=5, policy="hybrid",
-                   setup=SLOW_COPIES.format(delay_us=20_000))
+                   setup=SLOW_COPIES.format(delay_us=100_000))
     assert hybrid["record"] == free["record"]
-    # From the second iteration on, a 20 ms copy cannot hide in the gaps of this model.
+    # From the second iteration on, a copy of 300 ms (three 100 ms tasks) cannot hide in
+    # the gaps of this model, whose whole step takes a fraction of that.
     assert hybrid["chose_recompute"] > 0 and hybrid["recomputes"] > 0, hybrid
 
 

@@ -73,6 +73,12 @@ class Backend {
   // Maps all of `phys` at `va` (which lies inside a reservation) read/write.
   virtual bool map(std::uintptr_t va, PhysicalHandle phys) = 0;
   virtual void unmap(std::uintptr_t va, std::size_t bytes) = 0;
+  // Maps [offset, offset + bytes) of `phys` (granularity-aligned) at `va`, leaving its
+  // other mappings as they are: the same pages then appear at two addresses. For stitching
+  // (pool.h, Note [Stitching]). Returns false where the backend cannot map part of a
+  // physical allocation.
+  virtual bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
+                        std::size_t bytes) = 0;
 
   // --- streams and events ----------------------------------------------------------
   // True if work on `stream` completes before the call that enqueued it returns (the

@@ -49,6 +49,7 @@ constexpr std::size_t kSmallSegment = std::size_t{2} << 20;    // small pool seg
 constexpr std::size_t kLargeSegment = std::size_t{20} << 20;   // segment for 1-10 MiB requests
 constexpr std::size_t kMinLargeAlloc = std::size_t{10} << 20;  // >= this: segment fits request
 constexpr std::size_t kRoundLarge = std::size_t{2} << 20;      // large segments round to this
+constexpr std::size_t kStitchChunk = std::size_t{2} << 20;     // stitching maps 2 MiB chunks
 // An oversize request (>= max_split_size) accepts a cached block at most this much larger.
 constexpr std::size_t kMaxNonSplitRounding = std::size_t{20} << 20;
 
@@ -57,7 +58,9 @@ constexpr std::size_t kMaxNonSplitRounding = std::size_t{20} << 20;
 // request's pool is pool_for(size), or kPersistent when its thread is in that region.
 enum class PoolKind : std::uint8_t { kSmall = 0, kLarge = 1, kPersistent = 2 };
 constexpr int kPoolKinds = 3;
-enum class BlockState : std::uint8_t { kFree, kAllocated, kAwaitingEvents };
+// kLent: a chunk-aligned piece of free memory whose physical pages are mapped into a
+// stitched range (See Note [Stitching] in pool.h); it holds that block's data.
+enum class BlockState : std::uint8_t { kFree, kAllocated, kAwaitingEvents, kLent };
 
 inline std::size_t round_up(std::size_t n, std::size_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
@@ -124,6 +127,9 @@ struct Block {
   Block* fast_prev = nullptr;    // the cache's list of free blocks of this size
   Block* fast_next = nullptr;
 
+  // kLent only: the stitched block whose data this piece holds.
+  Block* lent_to = nullptr;
+
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
@@ -131,8 +137,12 @@ struct Segment {
   std::uintptr_t addr = 0;
   std::size_t size = 0;
   PoolKind pool = PoolKind::kLarge;
-  PhysicalHandle physical;
+  PhysicalHandle physical;  // none for a stitched range: its pages belong to other segments
   Block* first = nullptr;
+  // A stitched range (Note [Stitching]): one allocated block, `first`, whose pages are the
+  // lent pieces of other segments, in address order of the range.
+  bool stitched = false;
+  std::vector<Block*> pieces;
 };
 
 }  // namespace pyalloc

@@ -198,6 +198,16 @@ class CudaBackend final : public Backend {
     return false;
   }
 
+  // A segment's physical memory is one cuMemCreate handle, and cuMemMap maps a handle from
+  // offset 0 only, so a part of it cannot be mapped elsewhere: stitching on CUDA needs
+  // segments made of one handle per chunk, which is not built yet. The whole of it can.
+  bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
+                std::size_t bytes) override {
+    if (offset == 0 && bytes == phys.bytes) return map(va, phys);
+    t_last_error = "map_part: the CUDA backend cannot map part of a physical allocation yet";
+    return false;
+  }
+
   // Does not wait for in-flight kernels; see synchronize_device() in backend.h.
   void unmap(std::uintptr_t va, std::size_t bytes) override {
     ContextGuard guard(d_, ctx_);

@@ -83,6 +83,14 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       }
       return reinterpret_cast<void*>(block->addr);
     }
+    // Rung 4c, stitch: the free memory may be there, in pieces of several segments.
+    if (options_.stitch && kind != PoolKind::kPersistent) {
+      if (Block* block = stitch_locked(rounded, size, stream)) {
+        trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
+        after_op_locked();
+        return reinterpret_cast<void*>(block->addr);
+      }
+    }
     // Rung 5: evict. Pick victims under the lock, call the registry without it, retry.
     if (!t_may_evict) {
       *error = "pyalloc: no room for " + format_bytes(size) + " without evicting (this thread "
@@ -171,6 +179,11 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
            std::to_string(expected_size) + " bytes but it was allocated with " +
            std::to_string(block->requested) + "; the block was left allocated (pass the size "
            "given to malloc)";
+  }
+  if (block->segment->stitched) {
+    free_stitched_locked(block);
+    after_op_locked();
+    return "";
   }
   if (block->stream_uses.empty()) {
     release_locked(block);

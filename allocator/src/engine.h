@@ -134,6 +134,14 @@ class Engine {
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
   Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind);
   Block* grow_locked(std::size_t rounded, PoolKind kind);
+  // Reserves, creates and maps a segment of exactly `size` bytes (the budget is the
+  // caller's to check); its one free block, or nullptr.
+  Block* map_segment_locked(std::size_t size, PoolKind kind);
+  // The stitch rung (Note [Stitching] in pool.h): a block allocated from free chunks
+  // mapped into a fresh range, or nullptr.
+  Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream);
+  // Frees a stitched block: waits for its streams, returns its pieces, unmaps the range.
+  void free_stitched_locked(Block* block);
   bool fence_streams_locked(StreamId stream);
   bool release_cached_locked();
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);

@@ -203,6 +203,20 @@ void HostBackend::release_physical(PhysicalHandle phys) {
 }
 
 bool HostBackend::map(std::uintptr_t va, PhysicalHandle phys) {
+  return map_chunks(va, phys, 0, phys.bytes / kChunk);
+}
+
+bool HostBackend::map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
+                           std::size_t bytes) {
+  if (offset % kChunk || bytes % kChunk || offset + bytes > phys.bytes) {
+    set_error("map_part: offset and size must be whole chunks inside the allocation");
+    return false;
+  }
+  return map_chunks(va, phys, offset / kChunk, bytes / kChunk);
+}
+
+bool HostBackend::map_chunks(std::uintptr_t va, PhysicalHandle phys, std::size_t first,
+                             std::size_t count) {
   std::vector<std::uint32_t> chunks;
   {
     std::lock_guard<std::mutex> lock(chunk_mutex_);
@@ -211,7 +225,12 @@ bool HostBackend::map(std::uintptr_t va, PhysicalHandle phys) {
       set_error("map: unknown physical handle");
       return false;
     }
-    chunks = it->second;
+    if (first + count > it->second.size()) {
+      set_error("map: chunk range outside the physical allocation");
+      return false;
+    }
+    chunks.assign(it->second.begin() + static_cast<std::ptrdiff_t>(first),
+                  it->second.begin() + static_cast<std::ptrdiff_t>(first + count));
   }
   // One mmap per run of consecutive chunks.
   std::size_t i = 0;

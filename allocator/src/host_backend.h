@@ -50,6 +50,8 @@ class HostBackend final : public Backend {
   void release_physical(PhysicalHandle phys) override;
   bool map(std::uintptr_t va, PhysicalHandle phys) override;
   void unmap(std::uintptr_t va, std::size_t bytes) override;
+  bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
+                std::size_t bytes) override;
 
   bool stream_is_synchronous(StreamId stream) const override {
     return stream == 0 && sync_stream0_;
@@ -82,6 +84,9 @@ class HostBackend final : public Backend {
  private:
   HostBackend(int fd, std::size_t capacity, bool sync_stream0);
   HostStream* find_stream(StreamId stream);
+  // Maps chunks[first, first + count) of `phys` at `va`, one mmap per run of consecutive
+  // chunks; all or nothing.
+  bool map_chunks(std::uintptr_t va, PhysicalHandle phys, std::size_t first, std::size_t count);
 
   const int fd_;
   const bool sync_stream0_;

@@ -160,6 +160,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
              "(off) or more than 20 MiB (the large-segment size); smaller values would stop "
              "every segment from being split";
     }
+  } else if (key == "stitch") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->stitch);
   } else if (key == "evict_strategy") {
     matched = true, kind = OptionKind::kChoice;
     std::string v = lower(trim(value));
@@ -297,10 +300,11 @@ std::string Options::to_string() const {
   else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
-                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,evict_strategy:%s,"
-                "evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
+                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,stitch:%s,"
+                "evict_strategy:%s,evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
                 sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
-                strategy_name(evict_strategy), evict_threshold, trace_capacity,
+                stitch ? "true" : "false", strategy_name(evict_strategy), evict_threshold,
+                trace_capacity,
                 check_invariants ? "true" : "false");
   out += buf;
   std::snprintf(buf, sizeof buf,

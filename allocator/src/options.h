@@ -35,6 +35,10 @@ namespace pyalloc {
   X(max_split_size, kSize, "0",                                                              \
     "Cached blocks at least this large are never split for smaller requests (0: no "        \
     "limit; otherwise more than 20 MiB). Same meaning as PyTorch's max_split_size_mb.")     \
+  X(stitch, kBool, "true",                                                                   \
+    "When no free block holds a request and the budget has no room for a segment, map free " \
+    "2 MiB chunks from several segments into one new range (virtual memory stitching). "     \
+    "The simulated device only for now: on CUDA it needs per-chunk physical handles.")       \
   X(evict_strategy, kChoice, "window",                                                       \
     "How victims are chosen when memory must be reclaimed from evictable tensors: dtr "     \
     "(cheapest cost/(bytes x staleness), DTR), dte (the same counting free neighbours, "     \
@@ -83,6 +87,7 @@ struct Options {
   std::size_t sim_capacity = 0;
   bool sim_sync_stream0 = true;
   std::size_t max_split_size = 0;
+  bool stitch = true;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;
   double evict_threshold = 0;

@@ -1,6 +1,8 @@
 // pool.cpp — see pool.h. Invariants are listed in block.h.
 #include "pool.h"
 
+#include <algorithm>
+
 #include <cinttypes>
 #include <cstdio>
 
@@ -17,6 +19,7 @@ const char* state_name(BlockState s) {
     case BlockState::kFree: return "inactive";
     case BlockState::kAllocated: return "active_allocated";
     case BlockState::kAwaitingEvents: return "active_awaiting_free";
+    case BlockState::kLent: return "active_allocated";  // holds a stitched block's data
   }
   return "?";
 }
@@ -30,6 +33,7 @@ Pool::Pool(std::size_t max_split_size)
             FreeSet(std::less<FreeEntry>(), PooledAllocator<FreeEntry>(&set_nodes_))} {}
 
 Pool::~Pool() {
+  for (auto& kv : stitched_) destroy_segment(kv.second);
   for (auto& kv : segments_) destroy_segment(kv.second);
 }
 
@@ -249,6 +253,132 @@ std::vector<Segment*> Pool::take_releasable_segments() {
     it = segments_.erase(it);
   }
   return out;
+}
+
+// --- stitching (Note [Stitching] in pool.h) --------------------------------------------
+
+std::size_t Pool::stitchable_bytes(std::size_t chunk, StreamId stream) const {
+  std::size_t total = 0;
+  for (const StitchRun& run : plan_stitch(SIZE_MAX, chunk, stream, /*all=*/true)) total += run.bytes;
+  return total;
+}
+
+std::vector<Pool::StitchRun> Pool::plan_stitch(std::size_t bytes, std::size_t chunk,
+                                               StreamId stream) const {
+  return plan_stitch(bytes, chunk, stream, /*all=*/false);
+}
+
+std::vector<Pool::StitchRun> Pool::plan_stitch(std::size_t bytes, std::size_t chunk,
+                                               StreamId stream, bool all) const {
+  std::vector<StitchRun> runs;
+  for (int kind : {static_cast<int>(PoolKind::kSmall), static_cast<int>(PoolKind::kLarge)}) {
+    for (const FreeEntry& e : free_[kind]) {
+      if (e.stream != stream && e.stream != kAnyStream) continue;
+      const std::uintptr_t first = round_up(e.addr, chunk);
+      const std::uintptr_t last = (e.addr + e.size) / chunk * chunk;
+      if (last > first) runs.push_back({e.block, first, last - first});
+    }
+  }
+  // Largest first: fewest pieces, fewest mappings. Ties by address, for determinism.
+  std::sort(runs.begin(), runs.end(), [](const StitchRun& a, const StitchRun& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.start < b.start;
+  });
+  std::size_t total = 0;
+  std::size_t used = 0;
+  for (; used < runs.size() && total < bytes; ++used) {
+    runs[used].bytes = std::min(runs[used].bytes, bytes - total);
+    total += runs[used].bytes;
+  }
+  if (all) return runs;
+  if (total < bytes) return {};
+  runs.resize(used);
+  return runs;
+}
+
+Block* Pool::add_stitched(std::uintptr_t va, std::size_t bytes,
+                          const std::vector<StitchRun>& runs, std::size_t requested,
+                          StreamId stream) {
+  auto* range = new Segment;
+  range->addr = va;
+  range->size = bytes;
+  range->pool = PoolKind::kLarge;
+  range->stitched = true;
+  Block* sb = new_block();
+  sb->addr = va;
+  sb->size = bytes;
+  sb->segment = range;
+  sb->state = BlockState::kAllocated;
+  sb->requested = requested;
+  sb->stream = stream;
+  range->first = sb;
+  for (const StitchRun& run : runs) {
+    Block* b = run.free_block;
+    Segment* seg = b->segment;
+    erase_free(b);
+    if (run.start > b->addr) {  // the part before the run stays free
+      Block* before = new_block();
+      before->addr = b->addr;
+      before->size = run.start - b->addr;
+      before->segment = seg;
+      before->stream = b->stream;
+      before->prev = b->prev;
+      before->next = b;
+      if (b->prev) b->prev->next = before;
+      else seg->first = before;
+      b->prev = before;
+      b->addr = run.start;
+      b->size -= before->size;
+      insert_free(before);
+    }
+    if (b->size > run.bytes) {  // and so does the part after it
+      Block* after = new_block();
+      after->addr = b->addr + run.bytes;
+      after->size = b->size - run.bytes;
+      after->segment = seg;
+      after->stream = b->stream;
+      after->prev = b;
+      after->next = b->next;
+      if (b->next) b->next->prev = after;
+      b->next = after;
+      b->size = run.bytes;
+      insert_free(after);
+    }
+    b->state = BlockState::kLent;
+    b->lent_to = sb;
+    b->stream = stream;
+    range->pieces.push_back(b);
+    int p = stat_pool(seg);
+    update(stats_.allocated_bytes, p, static_cast<std::int64_t>(b->size));
+    update(stats_.active_bytes, p, static_cast<std::int64_t>(b->size));
+  }
+  update(stats_.allocation, kLargePool, 1);
+  update(stats_.active, kLargePool, 1);
+  update(stats_.requested_bytes, kLargePool, static_cast<std::int64_t>(requested));
+  stitched_.emplace(va, range);
+  allocated_.insert(va, sb);
+  return sb;
+}
+
+void Pool::dissolve_stitched(Block* sb, std::uintptr_t* va, std::size_t* bytes) {
+  Segment* range = sb->segment;
+  *va = range->addr;
+  *bytes = range->size;
+  allocated_.erase(sb->addr);
+  update(stats_.allocation, kLargePool, -1);
+  update(stats_.active, kLargePool, -1);
+  update(stats_.requested_bytes, kLargePool, -static_cast<std::int64_t>(sb->requested));
+  for (Block* b : range->pieces) {
+    int p = stat_pool(b->segment);
+    update(stats_.allocated_bytes, p, -static_cast<std::int64_t>(b->size));
+    update(stats_.active_bytes, p, -static_cast<std::int64_t>(b->size));
+    b->state = BlockState::kFree;
+    b->lent_to = nullptr;
+    b->stream = kAnyStream;  // the caller waited for every stream that used it
+    absorb_neighbours(b);
+    insert_free(b);
+  }
+  stitched_.erase(range->addr);
+  destroy_segment(range);
 }
 
 // --- freeing and merging ---------------------------------------------------------------
@@ -477,9 +607,36 @@ std::string Pool::check_invariants() const {
           want.active[p].current++;
           want.active_bytes[p].current += bytes;
           break;
+        case BlockState::kLent:
+          if (!b->lent_to || !b->lent_to->segment->stitched ||
+              stitched_.count(b->lent_to->segment->addr) == 0) {
+            return fail("lent block does not belong to a live stitched range", b);
+          }
+          if (b->addr % kStitchChunk || b->size % kStitchChunk) return fail("lent block not chunk-aligned", b);
+          want.allocated_bytes[p].current += bytes;
+          want.active_bytes[p].current += bytes;
+          break;
       }
     }
     if (covered != seg->size) return fail("block sizes do not add up to the segment size", seg->first);
+  }
+  for (const auto& kv : stitched_) {
+    const Segment* range = kv.second;
+    const Block* sb = range->first;
+    if (!range->stitched || !sb || sb->next || sb->state != BlockState::kAllocated ||
+        find_allocated(sb->addr) != sb) {
+      return fail("stitched range is not one allocated block", sb);
+    }
+    std::size_t pieces = 0;
+    for (const Block* b : range->pieces) {
+      if (b->state != BlockState::kLent || b->lent_to != sb) return fail("stitched piece not lent to its block", b);
+      pieces += b->size;
+    }
+    if (pieces != range->size) return fail("stitched pieces do not add up to the range", sb);
+    ++allocated_blocks;
+    want.allocation[kLargePool].current++;
+    want.active[kLargePool].current++;
+    want.requested_bytes[kLargePool].current += static_cast<std::int64_t>(sb->requested);
   }
   std::int64_t oversize_blocks = 0, oversize_segments = 0;
   for (const auto& kv : segments_) {
@@ -549,6 +706,28 @@ std::string Pool::snapshot_json() const {
                     b == seg->first ? "" : ",", b->addr, b->size, b->requested,
                     state_name(b->state), stream);
       out += buf;
+    }
+    out += "]}";
+  }
+  // Stitched ranges reserve nothing of their own: listed apart, with their pieces (which
+  // the segments above show as allocated).
+  out += "],\"stitched\":[";
+  bool first_range = true;
+  for (const auto& kv : stitched_) {
+    const Block* sb = kv.second->first;
+    long long stream = sb->stream == kAnyStream ? -1 : static_cast<long long>(sb->stream);
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
+                  "\"stream\":%lld,\"pieces\":[",
+                  first_range ? "" : ",", sb->addr, sb->size, sb->requested, stream);
+    out += buf;
+    first_range = false;
+    bool first_piece = true;
+    for (const Block* b : kv.second->pieces) {
+      std::snprintf(buf, sizeof buf, "%s[%" PRIuPTR ",%zu]", first_piece ? "" : ",", b->addr,
+                    b->size);
+      out += buf;
+      first_piece = false;
     }
     out += "]}";
   }

@@ -33,6 +33,19 @@ namespace pyalloc {
 // skipped, so its cost is amortized. The choices differ from pure best fit only in which
 // of several equally sized free blocks serves an exact-size request (the newest, not the
 // lowest address).
+// Note [Stitching]
+// ~~~~~~~~~~~~~~~~
+// When no free block holds a request and the budget has no room for a segment, the free
+// memory may still be there, in pieces. Stitching maps whole free 2 MiB chunks from
+// anywhere into one fresh virtual range (GMLake's virtual memory stitching). In the pool:
+// each chunk-aligned run taken becomes a block of state kLent in its home segment (cut out
+// of its free block, which keeps the rest), and the range is a Segment with `stitched`
+// set, kept apart from segments_ (it reserves no memory of its own), holding one allocated
+// block. The stats count the stitched block once: its allocation, active count and
+// requested bytes under large_pool, and its bytes as allocated and active bytes of the
+// pools its pieces live in, so reserved == active + cached free still holds. Freeing it
+// returns the pieces to their segments as idle free memory (the engine first waits for the
+// streams that used it, and unmaps the range).
 class Pool {
  public:
   explicit Pool(std::size_t max_split_size);
@@ -85,6 +98,26 @@ class Pool {
   // {"segments":[{...,"blocks":[...]}]} — addresses in order, blocks tiling each segment.
   std::string snapshot_json() const;
 
+  // --- stitching (Note [Stitching]) ---
+  struct StitchRun {
+    Block* free_block;      // the free block the run is cut from
+    std::uintptr_t start;   // chunk-aligned
+    std::size_t bytes;      // a multiple of the chunk size
+  };
+  // Chunk-aligned runs of free memory usable on `stream` (small and large pools), largest
+  // first, adding up to exactly `bytes`; empty if all of them together fall short. The
+  // exact-size cache must be flushed first.
+  std::vector<StitchRun> plan_stitch(std::size_t bytes, std::size_t chunk, StreamId stream) const;
+  // What plan_stitch could gather at most: the whole chunks of free memory usable on `stream`.
+  std::size_t stitchable_bytes(std::size_t chunk, StreamId stream) const;
+  // Lends the runs to a new stitched range at `va` and hands out its one block.
+  Block* add_stitched(std::uintptr_t va, std::size_t bytes, const std::vector<StitchRun>& runs,
+                      std::size_t requested, StreamId stream);
+  // Frees a stitched block: its pieces become idle free memory of their segments again.
+  // The range is forgotten; the caller unmaps and unreserves [va, va + bytes).
+  void dissolve_stitched(Block* block, std::uintptr_t* va, std::size_t* bytes);
+  const std::map<std::uintptr_t, Segment*>& stitched() const { return stitched_; }
+
   const std::map<std::uintptr_t, Segment*>& segments() const { return segments_; }
   Stats& stats() { return stats_; }
   const Stats& stats() const { return stats_; }
@@ -115,6 +148,10 @@ class Pool {
   std::size_t max_split_size_;
   FreeSet free_[kPoolKinds];                      // indexed by PoolKind
   std::map<std::uintptr_t, Segment*> segments_;   // by address
+  std::map<std::uintptr_t, Segment*> stitched_;   // stitched ranges, by address
+  // plan_stitch, or with `all` every run there is (trimmed to `bytes` in total otherwise).
+  std::vector<StitchRun> plan_stitch(std::size_t bytes, std::size_t chunk, StreamId stream,
+                                     bool all) const;
   AddressMap allocated_;                          // kAllocated blocks by address
   // The exact-size cache: every cached block (so a flush costs what it holds), and the
   // head of each size's list (an open-addressing table: no allocation per push or pop).

@@ -10,6 +10,8 @@
 //   4. release    give every wholly free cached segment back to the device and grow
 //                 again (num_alloc_retries, num_sync_all_streams); then, for a small
 //                 request, borrow a piece of a large-pool free block (num_small_borrows).
+//      stitch     map free 2 MiB chunks of several segments into one new range
+//                 (num_stitches; option stitch; Note [Stitching] in pool.h).
 //   5. evict      choose evictable blocks (evictor.h, option evict_strategy), have the
 //                 registry evict them outside the lock, and climb again from rung 1
 //                 (num_evict_rounds, num_evictions, num_evicted_bytes).
@@ -26,7 +28,7 @@
 //
 // Swapping is not a rung of its own: the registry decides, per victim, whether to swap it
 // out or drop it (swap.cpp), and either way the victim's free comes back through rung 5.
-// Stitching will slot in between 4 and 5.
+// Stitching runs between 4 and 5.
 #include <cinttypes>
 #include <cstdio>
 
@@ -114,23 +116,81 @@ Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
   for (int i = 0; i < (exact == preferred ? 1 : 2); ++i) {
     const std::size_t size = candidates[i];
     if (reserved + size > budget_) continue;
-    std::uintptr_t va = backend_->reserve(size);
-    if (!va) continue;
-    PhysicalHandle phys = backend_->create_physical(size);
-    if (!phys) {
-      backend_->unreserve(va, size);
-      continue;
-    }
-    if (!backend_->map(va, phys)) {
-      backend_->release_physical(phys);
-      backend_->unreserve(va, size);
-      continue;
-    }
-    ++pool_.stats().num_device_alloc;
-    trace_.record(TraceAction::kSegmentMap, va, size, 0, 0);
-    return pool_.add_segment(va, size, kind, phys);
+    if (Block* block = map_segment_locked(size, kind)) return block;
   }
   return nullptr;
+}
+
+Block* Engine::map_segment_locked(std::size_t size, PoolKind kind) {
+  std::uintptr_t va = backend_->reserve(size);
+  if (!va) return nullptr;
+  PhysicalHandle phys = backend_->create_physical(size);
+  if (!phys) {
+    backend_->unreserve(va, size);
+    return nullptr;
+  }
+  if (!backend_->map(va, phys)) {
+    backend_->release_physical(phys);
+    backend_->unreserve(va, size);
+    return nullptr;
+  }
+  ++pool_.stats().num_device_alloc;
+  trace_.record(TraceAction::kSegmentMap, va, size, 0, 0);
+  return pool_.add_segment(va, size, kind, phys);
+}
+
+Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId stream) {
+  const std::size_t chunk = backend_->granularity();
+  if (rounded <= kSmallSize || chunk != kStitchChunk) return nullptr;
+  const std::size_t bytes = round_up(rounded, chunk);
+  pool_.flush_fast();
+  std::vector<Pool::StitchRun> runs = pool_.plan_stitch(bytes, chunk, stream);
+  if (runs.empty()) {
+    // The free chunks fall short, but the budget may have room for the rest, too little
+    // for a segment of the whole request: map a segment of just the rest, and stitch.
+    const std::size_t have = pool_.stitchable_bytes(chunk, stream);
+    const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
+    const std::size_t rest = bytes - std::min(bytes, have);
+    if (have == 0 || rest == 0 || reserved + rest > budget_) return nullptr;
+    if (!map_segment_locked(rest, PoolKind::kLarge)) return nullptr;
+    runs = pool_.plan_stitch(bytes, chunk, stream);
+    if (runs.empty()) return nullptr;
+  }
+  const std::uintptr_t va = backend_->reserve(bytes);
+  if (!va) return nullptr;
+  std::size_t mapped = 0;
+  for (const Pool::StitchRun& run : runs) {
+    const Segment* seg = run.free_block->segment;
+    if (!backend_->map_part(va + mapped, seg->physical, run.start - seg->addr, run.bytes)) {
+      backend_->unmap(va, mapped);  // all or nothing
+      backend_->unreserve(va, bytes);
+      return nullptr;
+    }
+    mapped += run.bytes;
+  }
+  Block* block = pool_.add_stitched(va, bytes, runs, size, stream);
+  Stats& s = pool_.stats();
+  ++s.num_stitches;
+  s.num_stitched_bytes += static_cast<std::int64_t>(bytes);
+  trace_.record(TraceAction::kStitch, va, bytes, size, stream);
+  return block;
+}
+
+void Engine::free_stitched_locked(Block* block) {
+  // Unmapping does not wait for kernels, and the pieces become free memory of their
+  // segments at once: wait for every stream that used the range first. This blocks the
+  // freeing thread; stitched ranges are rare (the rung before eviction).
+  {
+    BlockedTimer timer(blocked_ns_);
+    if (!backend_->stream_is_synchronous(block->stream)) backend_->synchronize_stream(block->stream);
+    for (StreamId s : block->stream_uses) backend_->synchronize_stream(s);
+  }
+  trace_.record(TraceAction::kFree, block->addr, block->size, block->requested, block->stream);
+  std::uintptr_t va = 0;
+  std::size_t bytes = 0;
+  pool_.dissolve_stitched(block, &va, &bytes);
+  backend_->unmap(va, bytes);
+  backend_->unreserve(va, bytes);
 }
 
 bool Engine::fence_streams_locked(StreamId stream) {

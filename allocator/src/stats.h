@@ -36,6 +36,8 @@ namespace pyalloc {
   X(num_stream_fences, "times another stream's cached blocks were fenced for reuse")   \
   X(num_invalid_frees, "frees of unknown pointers, double frees and size mismatches")  \
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \
+  X(num_stitches, "requests served by stitching free chunks into a new range")         \
+  X(num_stitched_bytes, "bytes of those ranges")                                      \
   X(num_evictions, "blocks the engine asked the registry to evict")                    \
   X(num_evicted_bytes, "bytes of those blocks")                                        \
   X(num_evict_rounds, "times the evict rung ran (one victim set, one callback)")       \

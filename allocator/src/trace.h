@@ -31,7 +31,8 @@ namespace pyalloc {
   X(kOom, "oom")                 \
   X(kEmptyCache, "empty_cache")  \
   X(kSetBudget, "set_budget")    \
-  X(kEvict, "evict")
+  X(kEvict, "evict")             \
+  X(kStitch, "stitch")
 
 enum class TraceAction : std::uint8_t {
 #define PYALLOC_TRACE_ENUM(name, text) name,
