@@ -148,6 +148,23 @@ def run_in_subprocess(code: str, timeout: float = 600, env: dict | None = None) 
     return proc.stdout
 
 
+# A unit test of PyTorch under pyalloc on the simulated device, in a fresh process: the
+# body runs after install() with these names defined, and must reach the end.
+UNIT = """
+import pytest, torch, pyalloc
+from pyalloc.errors import SwapCopyError
+pyalloc.install(device="cpu", budget="2GiB")
+torch.manual_seed(0)
+engine = pyalloc._engine(None)
+{body}
+print("ok")
+"""
+
+
+def run_unit(body: str) -> None:
+    assert run_in_subprocess(UNIT.format(body=textwrap.dedent(body))).strip().endswith("ok")
+
+
 @pytest.fixture
 def make_engine():
     """Creates isolated simulated-device engines; at teardown each must still satisfy its

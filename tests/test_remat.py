@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_in_subprocess, train
+from conftest import run_in_subprocess, run_unit, train
 
 
 @pytest.mark.parametrize("task", ["mlp", "cnn", "transformer"])
@@ -110,23 +110,8 @@ def test_budget_below_the_minimum_fails_cleanly_and_keeps_training_state():
     assert "snapshot has remat counters True" in out   # so pyalloc-stats report shows them
 
 
-UNIT = """
-import torch, pyalloc
-pyalloc.install(device="cpu", budget="2GiB")
-torch.manual_seed(0)
-{body}
-print("ok")
-"""
-
-
-def _unit(body: str) -> None:
-    import textwrap
-
-    assert run_in_subprocess(UNIT.format(body=textwrap.dedent(body))).strip().endswith("ok")
-
-
 def test_random_ops_replay_bit_for_bit():
-    _unit("""
+    run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
         with pyalloc.recompute(min_bytes=0) as reg:
             y = torch.nn.functional.dropout(x, 0.5) * 3      # empty_like, bernoulli_, div_, mul
@@ -141,7 +126,7 @@ def test_random_ops_replay_bit_for_bit():
 
 
 def test_inplace_write_to_a_recorded_input_restores_its_readers_first():
-    _unit("""
+    run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
         with pyalloc.recompute(min_bytes=0) as reg:
             a = x * 2
@@ -163,7 +148,7 @@ def test_inplace_write_to_a_recorded_input_restores_its_readers_first():
 
 
 def test_parameters_inputs_and_gradients_are_never_evicted():
-    _unit("""
+    run_unit("""
         model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
         x = torch.randn(512, 256)
         with pyalloc.recompute(min_bytes=0) as reg:
@@ -181,7 +166,7 @@ def test_parameters_inputs_and_gradients_are_never_evicted():
 
 
 def test_views_follow_their_storage():
-    _unit("""
+    run_unit("""
         x = torch.randn(64, 128, requires_grad=True)
         with pyalloc.recompute(min_bytes=0) as reg:
             y = torch.tanh(x)
@@ -195,7 +180,7 @@ def test_views_follow_their_storage():
 
 
 def test_bad_arguments_name_the_problem():
-    _unit("""
+    run_unit("""
         import pytest
         with pytest.raises(ValueError, match="cost must be"):
             with pyalloc.recompute(cost="flops"):
@@ -222,7 +207,7 @@ except ValueError as e:
 def test_modifying_a_saved_tensor_in_place_is_still_an_error():
     # Autograd skips its version check for tensors behind saved-tensor hooks; the registry
     # makes it instead, so a user's in-place bug is not silently turned into wrong gradients.
-    _unit("""
+    run_unit("""
         import pytest
         x = torch.randn(300, 300, requires_grad=True)
         with pyalloc.recompute(min_bytes=0):

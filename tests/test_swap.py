@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from conftest import run_in_subprocess, train
+from conftest import run_in_subprocess, run_unit, train
 from pyalloc import Engine, PyallocError
 from pyalloc.errors import HostPoolFullError, SwapCopyError
 
@@ -295,25 +295,8 @@ threading.Thread(target=_fail, daemon=True).start()
     assert tight["swap_failures"] > 0, tight
 
 
-UNIT = """
-import pytest, torch, pyalloc
-from pyalloc.errors import SwapCopyError
-pyalloc.install(device="cpu", budget="2GiB")
-torch.manual_seed(0)
-engine = pyalloc._engine(None)
-{body}
-print("ok")
-"""
-
-
-def _unit(body: str) -> None:
-    import textwrap
-
-    assert run_in_subprocess(UNIT.format(body=textwrap.dedent(body))).strip().endswith("ok")
-
-
 def test_a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing():
-    _unit("""
+    run_unit("""
         x = torch.randn(512, 512, requires_grad=True)
         with pyalloc.recompute(min_bytes=0, policy="swap", prefetch=0) as reg:
             a = x * 2
@@ -368,7 +351,7 @@ with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20) as reg:
 
 
 def test_bad_policy_arguments_name_the_problem():
-    _unit("""
+    run_unit("""
         with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):
             with pyalloc.recompute(policy="offload"):
                 pass
