@@ -478,6 +478,13 @@ def test_watch_shows_swap_counters_under_swap(tmp_path, capsys, engine):
     assert "2.00 MiB of 64.00 MiB" in out
 
 
+def test_watch_shows_stitches(tmp_path, capsys, engine):
+    publish(tmp_path / "stats.json", {**engine.stats(), "num_stitches": 3,
+                                      "num_stitched_bytes": 24 * MiB})
+    code, out, _ = run_cli(capsys, "watch", str(tmp_path / "stats.json"), "--once")
+    assert code == 0 and "3 (24.00 MiB)" in out
+
+
 def test_watch_by_pid_reads_the_temp_file_and_counts_frames(capsys):
     path = stats_path_for_pid(os.getpid())
     try:

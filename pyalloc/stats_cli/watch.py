@@ -141,6 +141,8 @@ def frame_sections(doc: Dict[str, Any], path: Path, history: List[int],
         ("external fragmentation", format_ratio(s.get("external_fragmentation"))),
         ("largest free block", format_bytes(s.get("largest_free_block"))),
         ("alloc retries", str(s.get("num_alloc_retries", "-"))),
+        ("stitches", f"{s.get('num_stitches', 0)} "
+                     f"({format_bytes(s.get('num_stitched_bytes', 0))})"),
         ("OOMs", str(s.get("num_ooms", "-"))),
         ("allocated over the watch", f"{sparkline(history)}  max {format_bytes(max(history))}"),
     ]
