@@ -294,3 +294,40 @@ def test_swap_copies_on_gpu_are_stream_ordered():
         print("ok", "out GB/s", n / out_s / 1e9, "in GB/s", n / (time.perf_counter() - t) / 1e9)
     """)
     assert out.startswith("ok")
+
+
+def test_inplace_update_on_gpu_trains_identically_with_no_allocation_in_step():
+    # On CUDA PyTorch's Adam defaults to its foreach kernels; the in-place step uses the
+    # single-tensor arithmetic. This checks that the two agree bit for bit on a GPU, and
+    # that nothing is allocated inside step() in steady state (CPU scalars do not reach
+    # the CUDA allocator).
+    script = """
+        import torch, pyalloc
+        pyalloc.install(device="cuda", budget="4GiB", inplace_update={mode})
+        from pyalloc.models import TASKS
+        torch.manual_seed(0)
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.enabled = False
+        task = TASKS["transformer"]
+        model = task.build().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x, y = task.batch(16, torch.Generator().manual_seed(1))
+        x, y = x.cuda(), y.cuda()
+        engine = pyalloc._engine(None)
+        counts = []
+        for step in range(5):
+            opt.zero_grad(set_to_none=True)
+            loss = task.loss(model, x, y)
+            loss.backward()
+            before = pyalloc.memory_stats()["allocation.all.allocated"]
+            opt.step()
+            counts.append(pyalloc.memory_stats()["allocation.all.allocated"] - before)
+            print("loss", loss.item().hex())
+        print("allocations in step", counts)
+    """
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    off = run_in_subprocess(script.format(mode=False), env=env)
+    on = run_in_subprocess(script.format(mode=True), env=env)
+    assert training_record(on) == training_record(off)
+    counts = eval(on.split("allocations in step")[1].splitlines()[0])
+    assert all(c == 0 for c in counts[1:]), counts
