@@ -79,6 +79,9 @@ for _name in ("native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm
 
 # A chain longer than this is frozen: the replay would cost more than it saves.
 _MAX_CHAIN = 8
+# Under recompute with relocation, moving a storage out costs this many times its bytes'
+# worth, so that the engine's strategies take anything recomputable first.
+_RELOCATE_PENALTY = 64.0
 # Arithmetic intensity used to weigh FLOPs against bytes in the "model" cost.
 _FLOPS_PER_BYTE = 64.0
 
@@ -242,10 +245,15 @@ class Registry(TorchDispatchMode):
         need the engine's host pool (:meth:`Engine.set_host_pool`; :func:`enable` sets it).
     prefetch : int
         swap/hybrid: how many swapped-out storages each backward use brings back ahead.
+    relocate : bool
+        recompute: storages that cannot be recomputed (frozen) may still be moved out of the
+        way through the host pool as a last resort, to make room for a request that no
+        amount of recomputation can serve (compaction through host memory). They come back,
+        wherever best fit then puts them, on their next use. Needs the host pool.
     """
 
     def __init__(self, engine: Engine, min_bytes: int = 64 << 10, cost: str = "model",
-                 policy: str = "recompute", prefetch: int = 4) -> None:
+                 policy: str = "recompute", prefetch: int = 4, relocate: bool = False) -> None:
         super().__init__()
         if cost not in ("model", "time", "bytes"):
             raise ValueError(f'cost must be "model", "time" or "bytes", not {cost!r}')
@@ -260,6 +268,9 @@ class Registry(TorchDispatchMode):
         self.cost_model = cost
         self.policy = policy
         self.can_swap = policy != "recompute"
+        # Storages without lineage can leave the device: swapped (swap/hybrid), or only as
+        # a last resort (recompute with relocate).
+        self.can_relocate = self.can_swap or relocate
         self.prefetch_depth = prefetch if self.can_swap else 0
         self.copy_bw = 0.0          # bytes/s of one swap copy (calibrate_copies)
         # What the previous iteration did, by creation ordinal (swap/hybrid): the order
@@ -326,7 +337,7 @@ class Registry(TorchDispatchMode):
             "resident_nodes": resident,
             "evicted_bytes": sum(n.nbytes for n in self.nodes.values() if n.evicted),
         }
-        if self.can_swap:
+        if self.can_relocate:
             out.update({
                 "swap_outs": self.swap_outs,
                 "swap_out_bytes": self.swap_out_bytes,
@@ -369,7 +380,7 @@ class Registry(TorchDispatchMode):
         if node.clean:
             return "free"
         if node.steps is None:
-            return "swap" if self.can_swap else None
+            return "swap" if self.can_relocate else None
         if self.policy == "recompute" or eager:   # eager: a copy would likely be wasted
             return "drop"
         if self.policy == "swap":
@@ -406,18 +417,20 @@ class Registry(TorchDispatchMode):
     def _eviction_cost(self, node: _Node) -> float:
         """What evicting ``node`` costs later, in the cost model's unit: its recompute, or
         moving its bytes (out and back in, or only back in when the host copy is clean)."""
-        if not self.can_swap:
+        if not self.can_relocate or (not self.can_swap and node.steps is not None):
             return node.cost
         moved = float(node.nbytes if node.clean else 2 * node.nbytes)
         if self.cost_model == "time":
             moved = moved / max(self.copy_bw, 1.0) * 1e9
+        if not self.can_swap:   # recompute with relocate: chosen after anything recomputable
+            return moved * _RELOCATE_PENALTY
         if node.steps is None or self.policy == "swap":
             return moved
         return min(moved, node.cost)
 
     def _mark(self, node: _Node) -> None:
         """Offers ``node`` to the engine as evictable if it can be (also a 'use')."""
-        if node.pins or node.evicted or node.fixed or (node.steps is None and not self.can_swap):
+        if node.pins or node.evicted or node.fixed or (node.steps is None and not self.can_relocate):
             return
         ptr = node.storage.data_ptr()
         if ptr:
@@ -1110,8 +1123,11 @@ def host_pool_size(engine: Engine, requested: int = 0) -> int:
 
 def _start(engine: Engine, min_bytes: int, cost: str, policy: str = "recompute",
            prefetch: int = 4, host_pool: int = 0) -> Registry:
-    registry = Registry(engine, min_bytes, cost, policy, prefetch)
-    if registry.can_swap:
+    # Under recompute a host pool is allocated only when asked for (host_pool > 0): it
+    # lets storages with no lineage be relocated through it as a last resort.
+    registry = Registry(engine, min_bytes, cost, policy, prefetch,
+                        relocate=policy == "recompute" and host_pool > 0)
+    if registry.can_relocate:
         engine.set_host_pool(host_pool_size(engine, host_pool))
         registry.calibrate_copies()
     engine.set_evict_callback(registry.evict)
