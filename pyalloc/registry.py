@@ -539,8 +539,7 @@ class Registry(TorchDispatchMode):
             if node.slot and not node.evicted and not node.arriving:
                 freed += node.nbytes
                 self._drop_copy(node)
-                self._unmark(node)
-                self._mark(node)   # its cost went up
+                self._mark(node)   # its cost went up (set_evictable overwrites the old one)
                 if freed >= needed:
                     break
         return freed > 0

@@ -36,7 +36,6 @@ Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the t
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # pyalloc, from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # bench_results, beside us
 
+from bench_results import write_results  # noqa: E402
 from pyalloc import files  # noqa: E402
 from pyalloc.patterns import PATTERNS  # noqa: E402
 from pyalloc.replay import replay  # noqa: E402
@@ -127,19 +128,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         rows.append(row(f"{task} trace",
                                         f"{config}, budget {slack:.2f}x peak allocated",
                                         replay(trace, {**overrides, "budget": tight})))
-    import torch
-
-    meta = {"device": "simulated device (replay)", "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
-            "command": "python tools/bench_frag.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_frag.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    text = (f"Replayed on the simulated device, {meta['date']}, {meta['seconds']} s. "
-            f"Command: `{meta['command']}`.\n\n{table(rows)}\n")
-    (out / "bench_frag.md").write_text(text)
-    print(text)
+    write_results(args.out, "bench_frag", "Replayed on the simulated device", started, argv,
+                  {"rows": rows}, table(rows))
     return 0
 
 

@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_results, beside us
+
+from bench_results import write_results  # noqa: E402
 
 WORKER = """
 import json, statistics, time, torch, pyalloc
@@ -99,19 +102,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     started = time.time()
     rows = [run(task, opt, mode) for task in args.tasks for opt in args.optimizers
             for mode in (False, True)]
-    import torch
-
-    meta = {"device": "simulated device", "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
-            "command": "python tools/bench_inplace.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_inplace.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    text = (f"Simulated device, PyTorch {meta['torch']}, {meta['date']}, {meta['seconds']} s. "
-            f"Command: `{meta['command']}`.\n\n{table(rows)}\n")
-    (out / "bench_inplace.md").write_text(text)
-    print(text)
+    write_results(args.out, "bench_inplace", "Simulated device", started, argv,
+                  {"rows": rows}, table(rows))
     return 0
 
 

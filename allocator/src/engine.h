@@ -166,6 +166,11 @@ class Engine {
   // Frees the host ranges of released slots whose copies are done (all of them with wait).
   void reap_slots_locked(bool wait);
   SwapSlot* find_slot_locked(std::uint64_t slot, const char* what, std::string* error);
+  // Work enqueued on `copy_stream` from now on starts after what `compute` has so far.
+  bool order_after_locked(StreamId copy_stream, StreamId compute);
+  // Records *event (acquired if 0) after the copy just enqueued on `copy_stream`; if it
+  // cannot be recorded, waits for the copy instead and leaves *event 0 (complete).
+  void mark_done_locked(EventId* event, StreamId copy_stream);
   std::string host_pool_report_locked() const;
 
   const std::unique_ptr<Backend> backend_;

@@ -24,7 +24,7 @@ std::size_t HostPool::largest_free() const {
 }
 
 bool HostPool::allocate(std::size_t bytes, std::size_t* offset) {
-  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  const std::size_t rounded = HostPool::rounded(bytes);
   auto it = by_size_.lower_bound({rounded, 0});
   if (rounded == 0 || it == by_size_.end()) return false;
   const auto [size, at] = *it;
@@ -40,7 +40,7 @@ bool HostPool::allocate(std::size_t bytes, std::size_t* offset) {
 }
 
 void HostPool::release(std::size_t offset, std::size_t bytes) {
-  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  const std::size_t rounded = HostPool::rounded(bytes);
   used_ -= rounded;
   std::size_t start = offset, size = rounded;
   auto next = by_offset_.lower_bound(offset);
@@ -105,6 +105,23 @@ bool Engine::ensure_swap_streams_locked(std::string* error) {
   return false;
 }
 
+bool Engine::order_after_locked(StreamId copy_stream, StreamId compute) {
+  EventId ready = acquire_event_locked();
+  const bool ok = backend_->record_event(ready, compute) &&
+                  backend_->stream_wait_event(copy_stream, ready);
+  spare_events_.push_back(ready);  // the wait captured the recorded point
+  return ok;
+}
+
+void Engine::mark_done_locked(EventId* event, StreamId copy_stream) {
+  if (!*event) *event = acquire_event_locked();
+  if (!backend_->record_event(*event, copy_stream)) {
+    backend_->synchronize_stream(copy_stream);  // no event: make the copy complete now
+    spare_events_.push_back(*event);
+    *event = 0;
+  }
+}
+
 SwapSlot* Engine::find_slot_locked(std::uint64_t slot, const char* what, std::string* error) {
   auto it = slots_.find(slot);
   if (it != slots_.end()) return &it->second;
@@ -157,10 +174,7 @@ int Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64
     return kSwapHostFull;
   }
   // The copy reads what the compute stream wrote: start it after that work.
-  EventId ready = acquire_event_locked();
-  bool ok = backend_->record_event(ready, compute) &&
-            backend_->stream_wait_event(to_host_stream_, ready);
-  spare_events_.push_back(ready);  // the wait captured the recorded point
+  bool ok = order_after_locked(to_host_stream_, compute);
   ok = ok && backend_->memcpy_async(host_pool_.base() + offset, ptr, bytes,
                                     CopyKind::kDeviceToHost, to_host_stream_);
   if (!ok) {
@@ -173,20 +187,14 @@ int Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64
   SwapSlot slot;
   slot.offset = offset;
   slot.bytes = bytes;
-  slot.reserved = (bytes + HostPool::kAlign - 1) / HostPool::kAlign * HostPool::kAlign;
-  slot.out_done = acquire_event_locked();
-  if (!backend_->record_event(slot.out_done, to_host_stream_)) {
-    backend_->synchronize_stream(to_host_stream_);  // no event: make the copy complete now
-    spare_events_.push_back(slot.out_done);
-    slot.out_done = 0;
-  }
+  mark_done_locked(&slot.out_done, to_host_stream_);
   add_stream_use(block, to_host_stream_);
   const std::uint64_t id = next_slot_++;
   slots_.emplace(id, slot);
   Stats& s = pool_.stats();
   ++s.num_swap_outs;
   s.num_swap_out_bytes += static_cast<std::int64_t>(bytes);
-  s.host_pool_used_bytes.increase(static_cast<std::int64_t>(slot.reserved));
+  s.host_pool_used_bytes.increase(static_cast<std::int64_t>(HostPool::rounded(bytes)));
   *slot_id = id;
   return kSwapOk;
 }
@@ -210,10 +218,7 @@ int Engine::swap_in(std::uint64_t slot_id, void* ptr, StreamId compute, std::str
   if (!ensure_swap_streams_locked(error)) return kSwapCopyFailed;
   // The destination may have been freed on the compute stream with work still queued, and
   // the host copy may still be arriving from the swap-out: wait for both.
-  EventId ready = acquire_event_locked();
-  bool ok = backend_->record_event(ready, compute) &&
-            backend_->stream_wait_event(to_device_stream_, ready);
-  spare_events_.push_back(ready);
+  bool ok = order_after_locked(to_device_stream_, compute);
   if (ok && slot->out_done) ok = backend_->stream_wait_event(to_device_stream_, slot->out_done);
   ok = ok && backend_->memcpy_async(ptr, host_pool_.base() + slot->offset, slot->bytes,
                                     CopyKind::kHostToDevice, to_device_stream_);
@@ -224,12 +229,7 @@ int Engine::swap_in(std::uint64_t slot_id, void* ptr, StreamId compute, std::str
              std::to_string(slot_id) + ") is intact";
     return kSwapCopyFailed;
   }
-  if (!slot->in_done) slot->in_done = acquire_event_locked();
-  if (!backend_->record_event(slot->in_done, to_device_stream_)) {
-    backend_->synchronize_stream(to_device_stream_);
-    spare_events_.push_back(slot->in_done);
-    slot->in_done = 0;
-  }
+  mark_done_locked(&slot->in_done, to_device_stream_);
   add_stream_use(block, to_device_stream_);
   Stats& s = pool_.stats();
   ++s.num_swap_ins;
@@ -295,7 +295,8 @@ void Engine::reap_slots_locked(bool wait) {
       if (e) spare_events_.push_back(e);
     }
     host_pool_.release(slot.offset, slot.bytes);
-    pool_.stats().host_pool_used_bytes.decrease(static_cast<std::int64_t>(slot.reserved));
+    pool_.stats().host_pool_used_bytes.decrease(
+        static_cast<std::int64_t>(HostPool::rounded(slot.bytes)));
   }
   releasing_.resize(kept);
 }

@@ -36,6 +36,8 @@ namespace pyalloc {
 class HostPool {
  public:
   static constexpr std::size_t kAlign = 4096;
+  // What a request of `bytes` takes from the pool.
+  static std::size_t rounded(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
   // Takes ownership of [base, base + capacity), which the backend allocated.
   void adopt(char* base, std::size_t capacity);
@@ -58,8 +60,7 @@ class HostPool {
 // One swapped-out copy.
 struct SwapSlot {
   std::size_t offset = 0;   // into the host pool
-  std::size_t bytes = 0;    // as requested
-  std::size_t reserved = 0; // rounded, what the pool gave
+  std::size_t bytes = 0;    // as requested (the pool holds HostPool::rounded(bytes))
   EventId out_done = 0;     // recorded on the D2H stream after the copy out
   EventId in_done = 0;      // recorded on the H2D stream after the last copy in (0: none yet)
 };
