@@ -18,10 +18,11 @@ With ``pyalloc.install(inplace_update=True)`` or ``PYALLOC_INPLACE_UPDATE=1``:
 * ``SGD`` (any momentum, dampening, Nesterov, weight decay, maximize), ``Adam`` and
   ``AdamW`` (amsgrad, weight decay, maximize) step with in-place kernels only: where
   PyTorch's step makes a temporary (``exp_avg_sq.sqrt() / c``, ``grad.add(param)``), this
-  one writes into a scratch buffer allocated once per device and dtype. The arithmetic is
-  PyTorch's single-tensor implementation, kernel for kernel, so training is bit-identical
-  to the mode being off wherever PyTorch itself uses that implementation (the default for
-  CPU tensors; on CUDA PyTorch defaults to its ``foreach`` kernels). Other optimizers and
+  one writes into a scratch buffer allocated once per device and dtype. Each mirrors,
+  operation for operation, the implementation PyTorch would have chosen for the group:
+  the single-tensor one (its default for CPU tensors) or the ``foreach`` one (its default
+  on CUDA, where the two round differently), so training is bit-identical to the mode
+  being off. Other optimizers and
   settings (tensor learning rates, complex parameters, ``capturable``, ``differentiable``,
   ``fused``) run PyTorch's own step inside the persistent region: their state lands there,
   and so do their temporaries (and, for other optimizers, the activations of a ``closure``
@@ -112,84 +113,220 @@ def _dense(t: torch.Tensor) -> bool:
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
-# --- the in-place steps: PyTorch's single-tensor arithmetic, without temporaries --------------
+# --- the in-place steps, without temporaries -------------------------------------------------
+# PyTorch has two implementations of each step that round differently on CUDA: the
+# single-tensor one (kernel per tensor; its default for CPU tensors) and the foreach one
+# (one multi-tensor kernel per operation; its default for CUDA tensors). Each in-place step
+# below mirrors the one PyTorch would have run, operation for operation, writing what
+# PyTorch allocates into the scratch buffer instead. The foreach mirrors run the same
+# multi-tensor kernels over lists of scratch views, a chunk of parameters at a time so the
+# scratch stays one parameter large: each element's arithmetic is the same whatever list
+# it is in, so the results are too.
+def _init_adam_state(group: Dict[str, Any], state: Dict[str, Any], p: torch.Tensor) -> None:
+    """As Adam._init_group does, in the persistent region."""
+    with persistent():
+        # PyTorch's _get_scalar_dtype(): float64 only under a float64 default dtype.
+        scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+        state["step"] = torch.tensor(0.0, dtype=scalar)
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _uses_foreach(group: Dict[str, Any], params: List[torch.Tensor]) -> bool:
+    """Whether PyTorch's step would take its foreach implementation for these parameters
+    (the choice ``torch.optim.adam.adam`` and ``sgd.sgd`` make)."""
+    if group.get("foreach") is not None:
+        return bool(group["foreach"])
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    return _default_to_fused_or_foreach(params, False, use_fused=False)[1]
+
+
+def _chunks(params: List[torch.Tensor]) -> Iterator[Tuple[List[torch.Tensor], List[torch.Tensor]]]:
+    """``params`` grouped by device and dtype (as PyTorch's foreach steps group them), in
+    runs that fit one scratch buffer together: (the run, a scratch view shaped like each)."""
+    groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
+    for p in params:
+        groups.setdefault((p.device, p.dtype), []).append(p)
+    for members in groups.values():
+        buf = _scratch_for(max(members, key=torch.Tensor.numel)).view(-1)
+        run: List[torch.Tensor] = []
+        views: List[torch.Tensor] = []
+        used = 0
+        for p in members:
+            if used + p.numel() > buf.numel():
+                yield run, views
+                run, views, used = [], [], 0
+            run.append(p)
+            views.append(buf[used:used + p.numel()].as_strided(p.shape, p.stride()))
+            used += p.numel()
+        if run:
+            yield run, views
+
+
+def _foreach_grads(run: List[torch.Tensor], scratch: List[torch.Tensor], maximize: bool,
+                   weight_decay: float) -> List[torch.Tensor]:
+    """The gradients a foreach step works on: ``p.grad``, or negated and/or plus weight
+    decay in ``scratch`` where PyTorch's ``_foreach_neg``/``_foreach_add`` make new ones."""
+    grads = [p.grad for p in run]
+    if maximize or weight_decay != 0:
+        torch._foreach_copy_(scratch, grads)
+        grads = scratch
+        if maximize:
+            torch._foreach_neg_(grads)
+        if weight_decay != 0:
+            torch._foreach_add_(grads, run, alpha=weight_decay)
+    return grads
+
+
 def _grad_of(p: torch.Tensor, group: Dict[str, Any], scratch: torch.Tensor) -> torch.Tensor:
-    """``grad`` (negated for maximize, plus weight decay unless decoupled), in ``scratch``
-    when it must differ from ``p.grad``."""
+    """``grad`` (negated for maximize), in ``scratch`` when it must differ from ``p.grad``."""
     grad = p.grad
     if group.get("maximize", False):
         grad = torch.neg(grad, out=scratch)
     return grad
 
 
-def _sgd_step(opt: torch.optim.Optimizer, group: Dict[str, Any], p: torch.Tensor) -> None:
+def _sgd_step(opt: torch.optim.Optimizer, group: Dict[str, Any], params: List[torch.Tensor]) -> None:
+    """PyTorch's ``_single_tensor_sgd``, in place."""
     lr, wd = group["lr"], group["weight_decay"]
     momentum, dampening, nesterov = group["momentum"], group["dampening"], group["nesterov"]
-    scratch = _scratch_for(p)
-    grad = _grad_of(p, group, scratch)
-    if wd != 0:
-        grad = torch.add(grad, p, alpha=wd, out=scratch)
-    if momentum != 0:
-        state = opt.state[p]
-        buf = state.get("momentum_buffer")
-        if buf is None:
-            with persistent():
-                buf = grad.detach().clone()
-            state["momentum_buffer"] = buf
-        else:
-            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-        if nesterov:
-            grad = torch.add(grad, buf, alpha=momentum, out=scratch)
-        else:
-            grad = buf
-    p.add_(grad, alpha=-lr)
+    for p in params:
+        scratch = _scratch_for(p)
+        grad = _grad_of(p, group, scratch)
+        if wd != 0:
+            grad = torch.add(grad, p, alpha=wd, out=scratch)
+        if momentum != 0:
+            state = opt.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                with persistent():
+                    buf = grad.detach().clone()
+                state["momentum_buffer"] = buf
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+            if nesterov:
+                grad = torch.add(grad, buf, alpha=momentum, out=scratch)
+            else:
+                grad = buf
+        p.add_(grad, alpha=-lr)
 
 
-def _adam_step(opt: torch.optim.Optimizer, group: Dict[str, Any], p: torch.Tensor) -> None:
+def _sgd_step_foreach(opt: torch.optim.Optimizer, group: Dict[str, Any],
+                      params: List[torch.Tensor]) -> None:
+    """PyTorch's ``_multi_tensor_sgd``, in place (including its in-place Nesterov update
+    of ``p.grad``)."""
+    lr, wd = group["lr"], group["weight_decay"]
+    momentum, dampening, nesterov = group["momentum"], group["dampening"], group["nesterov"]
+    # PyTorch decides per device and dtype whether every buffer exists; a chunk is a part
+    # of one such group, so decide on the whole group first.
+    all_buffers = {(p.device, p.dtype): True for p in params}
+    for p in params:
+        if opt.state[p].get("momentum_buffer") is None:
+            all_buffers[(p.device, p.dtype)] = False
+    for run, scratch in _chunks(params):
+        grads = _foreach_grads(run, scratch, group.get("maximize", False), wd)
+        if momentum != 0:
+            if all_buffers[(run[0].device, run[0].dtype)]:
+                bufs = [opt.state[p]["momentum_buffer"] for p in run]
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+            else:
+                bufs = []
+                for p, grad in zip(run, grads):
+                    buf = opt.state[p].get("momentum_buffer")
+                    if buf is None:
+                        with persistent():
+                            buf = opt.state[p]["momentum_buffer"] = grad.detach().clone()
+                    else:
+                        buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                    bufs.append(buf)
+            if nesterov:
+                torch._foreach_add_(grads, bufs, alpha=momentum)
+            else:
+                grads = bufs
+        torch._foreach_add_(run, grads, alpha=-lr)
+
+
+def _adam_step(opt: torch.optim.Optimizer, group: Dict[str, Any], params: List[torch.Tensor]) -> None:
+    """PyTorch's ``_single_tensor_adam``, in place."""
     lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
     decoupled = group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))
-    state = opt.state[p]
-    if not state:   # as Adam._init_group does, in the persistent region
-        with persistent():
-            # PyTorch's _get_scalar_dtype(): float64 only under a float64 default dtype.
-            scalar = torch.float64 if torch.get_default_dtype() == torch.float64 \
-                else torch.float32
-            state["step"] = torch.tensor(0.0, dtype=scalar)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            if group["amsgrad"]:
-                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    scratch = _scratch_for(p)
-    grad = _grad_of(p, group, scratch)
-    exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
-    step_t += 1
-    if wd != 0:
-        if decoupled:
-            p.mul_(1 - lr * wd)
-        else:
-            grad = torch.add(grad, p, alpha=wd, out=scratch)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    step = step_t.item()
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2 = 1 - beta2 ** step
-    step_size = lr / bias_correction1
-    bias_correction2_sqrt = bias_correction2 ** 0.5
-    second = exp_avg_sq
-    if group["amsgrad"]:
-        torch.maximum(state["max_exp_avg_sq"], exp_avg_sq, out=state["max_exp_avg_sq"])
-        second = state["max_exp_avg_sq"]
-    denom = torch.sqrt(second, out=scratch)   # grad is dead by now: the scratch is free
-    denom.div_(bias_correction2_sqrt).add_(eps)
-    p.addcdiv_(exp_avg, denom, value=-step_size)
+    for p in params:
+        state = opt.state[p]
+        if not state:
+            _init_adam_state(group, state, p)
+        scratch = _scratch_for(p)
+        grad = _grad_of(p, group, scratch)
+        exp_avg, exp_avg_sq, step_t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+        step_t += 1
+        if wd != 0:
+            if decoupled:
+                p.mul_(1 - lr * wd)
+            else:
+                grad = torch.add(grad, p, alpha=wd, out=scratch)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step = step_t.item()
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size = lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        second = exp_avg_sq
+        if group["amsgrad"]:
+            torch.maximum(state["max_exp_avg_sq"], exp_avg_sq, out=state["max_exp_avg_sq"])
+            second = state["max_exp_avg_sq"]
+        denom = torch.sqrt(second, out=scratch)   # grad is dead by now: the scratch is free
+        denom.div_(bias_correction2_sqrt).add_(eps)
+        p.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def _supported(opt: torch.optim.Optimizer) -> Optional[Callable[..., None]]:
-    """The in-place step for ``opt``, or None where PyTorch's own must run."""
+def _adam_step_foreach(opt: torch.optim.Optimizer, group: Dict[str, Any],
+                       params: List[torch.Tensor]) -> None:
+    """PyTorch's ``_multi_tensor_adam`` (capturable off), in place."""
+    lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    decoupled = group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))
+    for p in params:
+        if not opt.state[p]:
+            _init_adam_state(group, opt.state[p], p)
+    for run, scratch in _chunks(params):
+        states = [opt.state[p] for p in run]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, torch.tensor(1.0), alpha=1.0)   # CPU steps, as PyTorch
+        if wd != 0 and decoupled:
+            torch._foreach_mul_(run, 1 - lr * wd)
+        grads = _foreach_grads(run, scratch, group.get("maximize", False),
+                               0.0 if decoupled else wd)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        del grads   # the scratch is free again
+        bias_correction1 = [1 - beta1 ** s.item() for s in steps]
+        bias_correction2 = [1 - beta2 ** s.item() for s in steps]
+        step_size = [(lr / bc) * -1 for bc in bias_correction1]
+        bias_correction2_sqrt = [bc ** 0.5 for bc in bias_correction2]
+        second = exp_avg_sqs
+        if group["amsgrad"]:
+            second = [s["max_exp_avg_sq"] for s in states]
+            torch._foreach_maximum_(second, exp_avg_sqs)
+        torch._foreach_copy_(scratch, second)
+        torch._foreach_sqrt_(scratch)
+        torch._foreach_div_(scratch, bias_correction2_sqrt)
+        torch._foreach_add_(scratch, eps)
+        torch._foreach_addcdiv_(run, exp_avgs, scratch, step_size)
+
+
+def _supported(opt: torch.optim.Optimizer
+               ) -> Optional[Callable[[torch.optim.Optimizer, Dict[str, Any], List[torch.Tensor]], None]]:
+    """The in-place step for ``opt``'s groups, or None where PyTorch's own must run."""
     if type(opt) is torch.optim.SGD:
-        step = _sgd_step
+        single, multi = _sgd_step, _sgd_step_foreach
     elif type(opt) in (torch.optim.Adam, torch.optim.AdamW):
-        step = _adam_step
+        single, multi = _adam_step, _adam_step_foreach
     else:
         return None
     for group in opt.param_groups:
@@ -202,6 +339,9 @@ def _supported(opt: torch.optim.Optimizer) -> Optional[Callable[..., None]]:
         for p in group["params"]:
             if p.grad is not None and (p.is_complex() or p.grad.is_sparse or not _dense(p)):
                 return None
+
+    def step(opt: torch.optim.Optimizer, group: Dict[str, Any], params: List[torch.Tensor]) -> None:
+        (multi if _uses_foreach(group, params) else single)(opt, group, params)
     return step
 
 
@@ -222,9 +362,9 @@ def _inplace_step(original: Callable[..., Any]) -> Callable[..., Any]:
                     result = original(self)
                 return loss if closure is not None else result
             for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        one(self, group, p)
+                with_grad = [p for p in group["params"] if p.grad is not None]
+                if with_grad:
+                    one(self, group, with_grad)
         return loss
 
     step.__wrapped__ = original  # type: ignore[attr-defined]

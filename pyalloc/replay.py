@@ -1,4 +1,5 @@
-"""Replaying a recorded trace through a fresh engine on the simulated device.
+"""Replaying a recorded trace through a fresh engine: on the simulated device (the
+default), or on a GPU through the CUDA backend (``device="cuda"``: real mappings, no data).
 
 The trace's allocations and frees are the *inputs*: they are replayed in order, with the
 trace's sizes and streams, through an engine with any options. Segment maps and unmaps are
@@ -45,9 +46,19 @@ class ReplayResult:
         return asdict(self)
 
 
-def replay_options(trace: Mapping[str, Any], overrides: Mapping[str, Any] = ()) -> Dict[str, str]:
-    """The live run's options, made to fit the simulated device, with ``overrides`` on top."""
+def replay_options(trace: Mapping[str, Any], overrides: Mapping[str, Any] = (),
+                   device: str = "host") -> Dict[str, str]:
+    """The live run's options, made to fit the replaying device, with ``overrides`` on top."""
     opts = parse_conf(trace.get("options", ""))
+    if device == "cuda":
+        for key in [k for k in opts if k.startswith("sim_")]:
+            del opts[key]
+        if "budget" not in opts or not opts["budget"].isdigit():
+            opts["budget"] = str(int(trace.get("budget_bytes", 0)) or "90%")
+        opts.pop("trace_capacity", None)
+        opts.pop("check_invariants", None)
+        opts.update({k: str(v) for k, v in dict(overrides).items()})
+        return opts
     # The simulated device must be as large as the traced one (its memory is sparse: only
     # the replay's bookkeeping is touched, never the bytes).
     opts["sim_capacity"] = str(max(int(trace.get("device_total_bytes", 0)), 1 << 30))
@@ -83,17 +94,20 @@ def free_chunk_bytes(engine: Engine) -> int:
 
 
 def replay(trace: Mapping[str, Any], overrides: Mapping[str, Any] = (),
-           check_every: int = 0) -> ReplayResult:
+           check_every: int = 0, device: str = "host") -> ReplayResult:
     """Replays ``trace`` (a loaded pyalloc trace) and returns the replay's figures.
 
     ``check_every``: run ``check_invariants()`` every N events (0: only at the end).
+    ``device``: ``"host"`` (the simulated device) or ``"cuda"``.
     """
-    opts = replay_options(trace, overrides)
+    if device not in ("host", "cuda"):
+        raise ValueError(f"replay device must be 'host' or 'cuda', not {device!r}")
+    opts = replay_options(trace, overrides, device)
     result = ReplayResult(live=dict(trace.get("final", {}).get("stats", {})))
     columns: List[str] = list(trace["columns"])
     col = {name: columns.index(name) for name in ("action", "address", "size", "requested", "stream")}
     budget = opts.pop("budget")
-    with Engine("host", budget=int(budget) if budget.isdigit() else budget, **opts) as engine:
+    with Engine(device, budget=int(budget) if budget.isdigit() else budget, **opts) as engine:
         result.options = engine.options_string
         streams: Dict[int, int] = {0: 0}
         live: Dict[int, int] = {}  # trace address -> replay address

@@ -146,3 +146,48 @@ def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
     assert "oom" in without and "moved 0" in without and "intact True" in without
     with_pool = run_in_subprocess(RELOCATE.format(host_pool=16 << 20))
     assert "served" in with_pool and "moved 1" in with_pool and "intact True" in with_pool
+
+
+def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_engine):
+    import ctypes
+
+    from memory_patterns import assert_pattern, write_pattern
+
+    engine = make_engine(budget="40MiB")
+    stream = engine.create_stream()
+    blocks = [engine.alloc(4 << 20, stream) for _ in range(10)]
+    for i, ptr in enumerate(blocks):
+        write_pattern(ptr, 4 << 20, i)
+    for ptr in blocks[1::2]:
+        engine.free(ptr)
+    big = engine.alloc(12 << 20, stream)
+    assert engine.stats()["num_stitches"] == 1
+    # Slow work still queued on the stream when the range is freed: the free must not wait
+    # for it (the pieces are reusable on the same stream at once), and the range must not
+    # be unmapped under it.
+    engine.set_stream_delay(stream, 300_000)
+    engine.fill_async(stream, big, 12 << 20, 0x5A)
+    blocked = engine.blocked_ns()
+    engine.free(big)
+    stats = engine.stats()
+    assert engine.blocked_ns() == blocked
+    assert stats["retired_stitched_ranges"] == 1 and engine.snapshot()["stitched"] == []
+    assert stats["allocated_bytes.all.current"] == 5 * (4 << 20)
+    again = engine.alloc(12 << 20, stream)     # stitched again from the same pieces, no fence
+    after = engine.stats()
+    assert after["num_stitches"] == 2 and after["num_stream_fences"] == stats["num_stream_fences"]
+    engine.fill_async(stream, again, 12 << 20, 0x33)
+    engine.set_stream_delay(stream, 0)
+    engine.synchronize()
+    engine.check_invariants()
+    # Stream order held: the second fill landed after the first, through the second range.
+    assert ctypes.string_at(again, 12 << 20) == b"\x33" * (12 << 20)
+    for i, ptr in enumerate(blocks[0::2]):   # the survivors were not touched
+        assert_pattern(ptr, 4 << 20, 2 * i)
+    engine.free(again)
+    engine.synchronize()
+    engine.empty_cache()                        # unmaps what is retired, then releases
+    assert engine.stats()["retired_stitched_ranges"] == 0
+    for ptr in blocks[0::2]:
+        engine.free(ptr)
+

@@ -331,3 +331,63 @@ def test_inplace_update_on_gpu_trains_identically_with_no_allocation_in_step():
     assert training_record(on) == training_record(off)
     counts = eval(on.split("allocations in step")[1].splitlines()[0])
     assert all(c == 0 for c in counts[1:]), counts
+
+
+def test_stitching_on_gpu_maps_free_chunks_of_several_segments_and_keeps_data():
+    # As tests/test_frag.py does on the simulated device, through PyTorch on a GPU: fill the
+    # budget with 4 MiB tensors, free every other one, then ask for 12 MiB, which no hole
+    # holds. Stitching maps the free chunks into one range (a handle per 2 MiB chunk, Note
+    # [One handle per chunk] in cuda_backend.cpp); what is written through it must land in
+    # the pieces, leave the survivors alone, and outlive the range.
+    out = run_in_subprocess("""
+        import torch, pyalloc
+        pyalloc.install(device="cuda", budget="40MiB")
+        MiB = 1 << 20
+
+        def at(address, size):   # the device bytes at an address, without a copy
+            class View:
+                __cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                            "data": (address, False), "version": 3}
+            return torch.as_tensor(View(), device="cuda")
+
+        blocks = [torch.full((4 * MiB,), i, dtype=torch.uint8, device="cuda") for i in range(10)]
+        survivors = blocks[0::2]
+        del blocks
+        big = torch.empty(12 * MiB, dtype=torch.uint8, device="cuda")
+        big.fill_(99)
+        torch.cuda.synchronize()
+        s = pyalloc.memory_stats()
+        assert s["num_stitches"] == 1 and s["reserved_bytes.all.peak"] <= 40 * MiB, s
+        ranges = pyalloc.snapshot()["stitched"]
+        assert len(ranges) == 1 and ranges[0]["address"] == big.data_ptr(), ranges
+        assert sum(size for _, size in ranges[0]["pieces"]) == 12 * MiB
+        for address, size in ranges[0]["pieces"]:     # the same pages, seen at home
+            assert bool((at(address, size) == 99).all())
+        for i, t in enumerate(survivors):
+            assert bool((t == 2 * i).all()), i
+        pyalloc.check_invariants()
+        del big                                       # waits for the stream, then unmaps
+        assert pyalloc.snapshot()["stitched"] == []
+        again = [torch.full((4 * MiB,), 7, dtype=torch.uint8, device="cuda") for _ in range(3)]
+        torch.cuda.synchronize()
+        for i, t in enumerate(survivors):
+            assert bool((t == 2 * i).all()), i
+        assert all(bool((t == 7).all()) for t in again)
+        pyalloc.check_invariants()
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
+def test_no_request_fails_on_gpu_while_free_chunks_would_hold_it():
+    # The randomized patterns replayed through the CUDA backend itself (real mappings).
+    from pyalloc.patterns import PATTERNS
+    from pyalloc.replay import replay
+
+    for name, generate in sorted(PATTERNS.items()):
+        trace = generate(seed=0)
+        stitched = replay(trace, device="cuda", check_every=50)
+        assert stitched.covered_failures == 0, name
+        if name != "growing_batches":
+            assert replay(trace, {"stitch": "false"}, device="cuda").covered_failures > 0, name
+            assert stitched.num_stitches > 0, name

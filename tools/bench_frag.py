@@ -24,18 +24,33 @@ Figures per workload and configuration:
 
 Configurations: ``best-fit`` (option ``stitch:false``) and ``+ stitching`` (the default:
 free 2 MiB chunks of several segments mapped into one range when no block holds a
-request). Fragment-aware eviction needs a registry and a model, so it is measured by
-bench_remat.py, not here; compaction is not built. A GPU comparison with PyTorch's native
-allocator (with and without expandable_segments) is not part of this tool yet.
+request). Fragment-aware eviction and compaction need a registry and a model, so they
+are measured by bench_remat.py and tests/test_frag.py, not here.
+
+On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
+is replayed, each configuration in a process of its own, through:
+
+  pytorch               PyTorch's native caching allocator (torch.empty / del per event),
+                        capped at the budget with set_per_process_memory_fraction
+  pytorch + expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  pyalloc best-fit      pyalloc's CUDA backend, stitching off
+  pyalloc + stitching   pyalloc's CUDA backend (real VMM mappings; nothing is written)
+
+Each allocator counts its own "allocated" bytes (rounding differs), so the GPU table also
+gives ``live/reserved``: the trace's own peak of live requested bytes over the
+allocator's peak reserved bytes, the same numerator for all four.
 
     python tools/bench_frag.py                 # patterns and model traces, simulated device
     python tools/bench_frag.py --skip-models   # patterns only (seconds)
+    python tools/bench_frag.py --device cuda --tasks cnn transformer resnet50 gpt2
 
 Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the table.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -53,13 +68,15 @@ from pyalloc.replay import replay  # noqa: E402
 
 RECORD = """
 import torch, pyalloc
-pyalloc.install(device="cpu", budget="2GiB")
+pyalloc.install(device={device!r}, budget={budget!r})
 from pyalloc.models import TASKS
 task = TASKS[{task!r}]
 torch.manual_seed(0)
-model = task.build()
+dev = "cuda" if {device!r} == "cuda" else "cpu"
+model = task.build().to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+x, y = x.to(dev), y.to(dev)
 with pyalloc.record_trace({path!r}):
     for _ in range(3):
         opt.zero_grad(set_to_none=True)
@@ -80,11 +97,161 @@ def row(workload: str, config: str, result: Any) -> Dict[str, Any]:
             "peak_reserved": result.peak_reserved, "peak_allocated": result.peak_allocated}
 
 
-def record_model(task: str, directory: Path) -> Dict[str, Any]:
+def record_model(task: str, directory: Path, device: str = "cpu") -> Dict[str, Any]:
     path = directory / f"{task}.json.gz"
-    subprocess.run([sys.executable, "-c", RECORD.format(task=task, path=str(path))],
+    budget = "2GiB" if device == "cpu" else "90%"
+    subprocess.run([sys.executable, "-c", RECORD.format(task=task, path=str(path),
+                                                        device=device, budget=budget)],
                    check=True, cwd=str(Path(__file__).resolve().parent.parent))
     return files.load(path)
+
+
+# --- the GPU comparison ----------------------------------------------------------------------
+GPU_CONFIGS = {"pytorch": None, "pytorch + expandable": None,
+               "pyalloc best-fit": {"stitch": "false"}, "pyalloc + stitching": {}}
+CHUNK = 2 << 20
+
+
+def peak_live_requested(trace: Dict[str, Any]) -> int:
+    """The most requested bytes live at once in ``trace``: what any allocator must hold."""
+    col = {name: trace["columns"].index(name) for name in ("action", "address", "requested")}
+    live: Dict[int, int] = {}
+    total = peak = 0
+    for event in trace["events"]:
+        action = event[col["action"]]
+        if action == "alloc":
+            live[event[col["address"]]] = event[col["requested"]]
+            total += event[col["requested"]]
+            peak = max(peak, total)
+        elif action in ("free", "free_requested"):
+            total -= live.pop(event[col["address"]], 0)
+    return peak
+
+
+def replay_native(trace: Dict[str, Any], budget: int) -> Dict[str, Any]:
+    """Replays ``trace`` through PyTorch's own CUDA allocator, capped at ``budget`` bytes
+    (runs in a worker process: the allocator's settings are fixed per process)."""
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total))
+    col = {name: trace["columns"].index(name) for name in ("action", "address", "requested")}
+    live: Dict[int, Any] = {}
+    result = {"events": 0, "failures": 0, "covered_failures": None, "stitches": 0}
+    for event in trace["events"]:
+        result["events"] += 1
+        action = event[col["action"]]
+        if action in ("alloc", "oom"):
+            try:
+                block = torch.empty(event[col["requested"]], dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError:
+                result["failures"] += 1
+                continue
+            if action == "alloc":
+                live[event[col["address"]]] = block
+        elif action in ("free", "free_requested"):
+            live.pop(event[col["address"]], None)
+        elif action == "empty_cache":
+            torch.cuda.empty_cache()
+    stats = torch.cuda.memory_stats()
+    reserved = stats.get("reserved_bytes.all.peak", 0)
+    allocated = stats.get("allocated_bytes.all.peak", 0)
+    free = stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0)
+    largest = max((b["size"] for s in torch.cuda.memory_snapshot() for b in s["blocks"]
+                   if b["state"] == "inactive"), default=0)
+    live.clear()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return {**result, "peak_reserved": reserved, "peak_allocated": allocated,
+            "utilization": allocated / reserved if reserved else 1.0,
+            "external_fragmentation": 1 - largest / free if free > 0 else 0.0}
+
+
+def gpu_worker(config: str, jobs_path: str) -> List[Dict[str, Any]]:
+    """Replays every job (a trace file, a workload and configuration label, a budget)
+    under ``config``; one process per configuration."""
+    jobs = json.loads(Path(jobs_path).read_text())
+    rows = []
+    traces: Dict[str, Dict[str, Any]] = {}
+    for job in jobs:
+        if job["path"] not in traces:   # patterns are plain JSON; recorded traces, pyalloc's
+            path = Path(job["path"])
+            traces[job["path"]] = (json.loads(path.read_text()) if path.suffix == ".json"
+                                   else files.load(path))
+        trace = traces[job["path"]]
+        if GPU_CONFIGS[config] is None:
+            r = replay_native(trace, job["budget"])
+        else:
+            r = row("", "", replay(trace, {**GPU_CONFIGS[config], "budget": job["budget"]},
+                                   device="cuda"))
+        live = job["peak_live"]
+        rows.append({**r, "workload": job["workload"], "config": f"{config}, {job['setting']}",
+                     "live_over_reserved": live / r["peak_reserved"] if r["peak_reserved"] else 1.0})
+    return rows
+
+
+def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]) -> int:
+    import torch
+
+    rows: List[Dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = []
+
+        def add(path: Path, workload: str, trace: Dict[str, Any], settings: Dict[str, int]) -> None:
+            live = peak_live_requested(trace)
+            for setting, budget in settings.items():
+                jobs.append({"path": str(path), "workload": workload, "setting": setting,
+                             "budget": budget, "peak_live": live})
+
+        for name, generate in PATTERNS.items():
+            for seed in range(args.seeds):
+                trace = generate(seed=seed)
+                path = Path(tmp) / f"{name}-{seed}.json"
+                path.write_text(json.dumps(trace))
+                add(path, f"{name} (seed {seed})", trace, {"pattern budget": trace["budget_bytes"]})
+        if not args.skip_models:
+            for task in args.tasks:
+                print(f"recording {task} on the GPU", flush=True)
+                trace = record_model(task, Path(tmp), device="cuda")
+                live = peak_live_requested(trace)
+                total = torch.cuda.get_device_properties(0).total_memory
+                settings = {"budget 90% of the GPU": int(0.9 * total)}
+                for slack in (1.10, 1.02):
+                    settings[f"budget {slack:.2f}x peak live"] = -(-int(slack * live) // CHUNK) * CHUNK
+                add(Path(tmp) / f"{task}.json.gz", f"{task} trace (GPU)", trace, settings)
+        jobs_path = Path(tmp) / "jobs.json"
+        jobs_path.write_text(json.dumps(jobs))
+        for config in GPU_CONFIGS:
+            print(f"replaying {len(jobs)} workloads through {config}", flush=True)
+            env = dict(os.environ)
+            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            if config == "pytorch + expandable":
+                env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+            proc = subprocess.run([sys.executable, __file__, "--worker", config, "--jobs",
+                                   str(jobs_path)], capture_output=True, text=True, env=env)
+            found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+            if not found:
+                print(f"{config} failed:\n{(proc.stderr or proc.stdout)[-3000:]}", flush=True)
+                continue
+            rows.extend(json.loads(found[-1][len("RESULT "):]))
+    order = {job["workload"]: i for i, job in enumerate(jobs)}
+    rows.sort(key=lambda r: order.get(r["workload"], 0))   # stable: configs stay in order
+    device = f"{torch.cuda.get_device_name(0)} (PyTorch {torch.__version__})"
+    write_results(args.out, "bench_frag", device, started, argv, {"rows": rows}, gpu_table(rows))
+    return 0
+
+
+def gpu_table(rows: List[Dict[str, Any]]) -> str:
+    lines = ["| workload | config | utilization (own count) | live/reserved | ext. frag. (end) | "
+             "failures | covered by free chunks | stitches | peak reserved MiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        covered = "—" if r["covered_failures"] is None else r["covered_failures"]
+        lines.append(f"| {r['workload']} | {r['config']} | {r['utilization']:.3f} | "
+                     f"{r['live_over_reserved']:.3f} | {r['external_fragmentation']:.3f} | "
+                     f"{r['failures']} | {covered} | {r['stitches']} | "
+                     f"{r['peak_reserved'] / 2**20:.1f} |")
+    return "\n".join(lines)
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
@@ -105,8 +272,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tasks", nargs="+", default=["mlp", "cnn", "transformer"])
     p.add_argument("--skip-models", action="store_true", help="patterns only")
     p.add_argument("--out", default=".", help="where bench_frag.json and .md go")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the simulated device (default); cuda: a GPU, against PyTorch's "
+                        "native allocator with and without expandable_segments")
+    p.add_argument("--worker", choices=list(GPU_CONFIGS), help=argparse.SUPPRESS)
+    p.add_argument("--jobs", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     started = time.time()
+    if args.worker:
+        print("RESULT " + json.dumps(gpu_worker(args.worker, args.jobs)), flush=True)
+        return 0
+    if args.device == "cuda":
+        return gpu_main(args, started, argv)
     rows: List[Dict[str, Any]] = []
     for name, generate in PATTERNS.items():
         for seed in range(args.seeds):

@@ -14,8 +14,10 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace pyalloc {
 namespace {
@@ -167,51 +169,87 @@ class CudaBackend final : public Backend {
     check(d_.cuMemAddressFree(va, bytes), "cuMemAddressFree", bytes);
   }
 
+  // Note [One handle per chunk]
+  // cuMemMap maps a physical allocation from its offset 0 only, so a part of one
+  // cuMemCreate handle can never appear at a second address. Stitching (pool.h, Note
+  // [Stitching]) maps parts of segments into fresh ranges; so a segment's physical memory
+  // is made of one handle per granularity chunk (2 MiB), as PyTorch's expandable segments
+  // make theirs of one handle per segment-size unit. PhysicalHandle::handle points to the
+  // list of chunk handles. Each chunk is mapped, and unmapped, on its own (cuMemUnmap
+  // takes only whole mappings); access is set once per range.
+  struct Chunks {
+    std::vector<CUmemGenericAllocationHandle> handles;
+  };
+  static Chunks* chunks_of(PhysicalHandle phys) { return reinterpret_cast<Chunks*>(phys.handle); }
+
   // CUDA_ERROR_OUT_OF_MEMORY is the expected outcome the engine's reclaim ladder handles;
   // like every failure it is only recorded, never printed.
   PhysicalHandle create_physical(std::size_t bytes) override {
+    if (bytes == 0 || bytes % granularity_ != 0) {
+      t_last_error = "create_physical: " + std::to_string(bytes) +
+                     " bytes is not a positive multiple of the granularity";
+      return {};
+    }
     ContextGuard guard(d_, ctx_);
     const CUmemAllocationProp prop = device_memory_prop(device_);
-    CUmemGenericAllocationHandle handle = 0;
-    if (!check(d_.cuMemCreate(&handle, bytes, &prop, 0), "cuMemCreate", bytes)) return {};
-    return PhysicalHandle{static_cast<std::uintptr_t>(handle), bytes};
+    auto chunks = std::make_unique<Chunks>();
+    chunks->handles.reserve(bytes / granularity_);
+    for (std::size_t done = 0; done < bytes; done += granularity_) {
+      CUmemGenericAllocationHandle handle = 0;
+      if (!check(d_.cuMemCreate(&handle, granularity_, &prop, 0), "cuMemCreate", bytes)) {
+        for (CUmemGenericAllocationHandle h : chunks->handles) d_.cuMemRelease(h);
+        return {};
+      }
+      chunks->handles.push_back(handle);
+    }
+    return PhysicalHandle{reinterpret_cast<std::uintptr_t>(chunks.release()), bytes};
   }
 
-  // Legal while still mapped: the driver frees the memory once the last mapping goes.
+  // Legal while still mapped: the driver frees each chunk once its last mapping goes.
   void release_physical(PhysicalHandle phys) override {
     if (!phys) return;
     ContextGuard guard(d_, ctx_);
-    check(d_.cuMemRelease(phys.handle), "cuMemRelease", phys.bytes);
+    std::unique_ptr<Chunks> chunks(chunks_of(phys));
+    for (CUmemGenericAllocationHandle h : chunks->handles)
+      check(d_.cuMemRelease(h), "cuMemRelease", granularity_);
   }
 
   bool map(std::uintptr_t va, PhysicalHandle phys) override {
-    ContextGuard guard(d_, ctx_);
-    if (!check(d_.cuMemMap(va, phys.bytes, 0, phys.handle, 0), "cuMemMap", phys.bytes))
-      return false;
-    const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
-                                 CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    // A fresh mapping is inaccessible until this succeeds, and it can fail for lack of memory
-    // for page tables. Undo the map so the caller sees all or nothing.
-    if (check(d_.cuMemSetAccess(va, phys.bytes, &access, 1), "cuMemSetAccess", phys.bytes))
-      return true;
-    d_.cuMemUnmap(va, phys.bytes);
-    return false;
+    return map_part(va, phys, 0, phys.bytes);
   }
 
-  // A segment's physical memory is one cuMemCreate handle, and cuMemMap maps a handle from
-  // offset 0 only, so a part of it cannot be mapped elsewhere: stitching on CUDA needs
-  // segments made of one handle per chunk, which is not built yet. The whole of it can.
+  // Maps chunks [offset, offset + bytes) of `phys` at `va`, then makes them accessible; all
+  // or nothing.
   bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
                 std::size_t bytes) override {
-    if (offset == 0 && bytes == phys.bytes) return map(va, phys);
-    t_last_error = "map_part: the CUDA backend cannot map part of a physical allocation yet";
+    if (bytes == 0 || offset % granularity_ != 0 || bytes % granularity_ != 0 ||
+        offset + bytes > phys.bytes) {
+      t_last_error = "map_part: offset and size must be whole chunks inside the allocation";
+      return false;
+    }
+    ContextGuard guard(d_, ctx_);
+    const Chunks* chunks = chunks_of(phys);
+    const std::size_t first = offset / granularity_;
+    std::size_t mapped = 0;
+    for (; mapped < bytes; mapped += granularity_) {
+      const CUmemGenericAllocationHandle h = chunks->handles[first + mapped / granularity_];
+      if (!check(d_.cuMemMap(va + mapped, granularity_, 0, h, 0), "cuMemMap", bytes)) break;
+    }
+    // A fresh mapping is inaccessible until this succeeds, and it can fail for lack of memory
+    // for page tables.
+    if (mapped == bytes) {
+      const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                   CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      if (check(d_.cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess", bytes)) return true;
+    }
+    unmap_chunks(va, mapped);
     return false;
   }
 
   // Does not wait for in-flight kernels; see synchronize_device() in backend.h.
   void unmap(std::uintptr_t va, std::size_t bytes) override {
     ContextGuard guard(d_, ctx_);
-    check(d_.cuMemUnmap(va, bytes), "cuMemUnmap", bytes);
+    unmap_chunks(va, bytes);
   }
 
   // --- streams and events ----------------------------------------------------------
@@ -326,6 +364,12 @@ class CudaBackend final : public Backend {
   // the legacy default stream (See Note [Loading the driver with dlsym]).
   static CUstream as_stream(StreamId s) { return reinterpret_cast<CUstream>(s); }
   static CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
+
+  // Under a ContextGuard. Every mapping is one chunk (Note [One handle per chunk]).
+  void unmap_chunks(std::uintptr_t va, std::size_t bytes) {
+    for (std::size_t done = 0; done < bytes; done += granularity_)
+      check(d_.cuMemUnmap(va + done, granularity_), "cuMemUnmap", granularity_);
+  }
 
   static bool no_event(const char* call) {
     t_last_error = std::string(call) + " failed: event 0 is not an event (create_event failed?)";

@@ -34,6 +34,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
 Engine::~Engine() {
   std::lock_guard<std::mutex> lock(mutex_);
   process_events_locked(/*wait=*/true);
+  unmap_retired_locked(/*wait=*/true);
   release_cached_locked();
   // Swap state: every copy is complete after the synchronization release_cached_locked
   // made (or the one below, if it had nothing to release).
@@ -307,8 +308,9 @@ std::string Engine::stats_json() {
   char extra[320];
   std::snprintf(extra, sizeof extra,
                 "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu,"
-                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu",
-                budget_, device_total_, pending_.size(), host_pool_.capacity(), slots_.size());
+                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu,\"retired_stitched_ranges\":%zu",
+                budget_, device_total_, pending_.size(), host_pool_.capacity(), slots_.size(),
+                retired_ranges_.size());
   return pyalloc::stats_json(pool_.stats(), pool_.fragmentation(), extra);
 }
 

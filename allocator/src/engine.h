@@ -155,6 +155,15 @@ class Engine {
     std::vector<EventId> events;
   };
   void process_events_locked(bool wait);
+  // Stitched ranges already dissolved in the pool whose streams may still be using them:
+  // unmapped once `event` completes (reclaim.cpp, free_stitched_locked).
+  struct RetiredRange {
+    std::uintptr_t va;
+    std::size_t bytes;
+    EventId event;
+  };
+  // Unmaps the retired ranges whose events are complete (all of them with wait).
+  void unmap_retired_locked(bool wait);
   // Returns a block to the pool, tagged idle if its stream's work is already done.
   void release_locked(Block* block);
   EventId acquire_event_locked();
@@ -182,6 +191,7 @@ class Engine {
   std::size_t budget_;                 // guarded by mutex_
   std::vector<PendingFree> pending_;   // guarded by mutex_
   std::vector<EventId> spare_events_;  // guarded by mutex_
+  std::vector<RetiredRange> retired_ranges_;  // guarded by mutex_
   TraceRing trace_;                    // guarded by mutex_
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_

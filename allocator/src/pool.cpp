@@ -359,7 +359,7 @@ Block* Pool::add_stitched(std::uintptr_t va, std::size_t bytes,
   return sb;
 }
 
-void Pool::dissolve_stitched(Block* sb, std::uintptr_t* va, std::size_t* bytes) {
+void Pool::dissolve_stitched(Block* sb, std::uintptr_t* va, std::size_t* bytes, StreamId tag) {
   Segment* range = sb->segment;
   *va = range->addr;
   *bytes = range->size;
@@ -373,7 +373,7 @@ void Pool::dissolve_stitched(Block* sb, std::uintptr_t* va, std::size_t* bytes) 
     update(stats_.active_bytes, p, -static_cast<std::int64_t>(b->size));
     b->state = BlockState::kFree;
     b->lent_to = nullptr;
-    b->stream = kAnyStream;  // the caller waited for every stream that used it
+    b->stream = tag;  // kAnyStream if the caller waited for every stream that used it
     absorb_neighbours(b);
     insert_free(b);
   }

@@ -44,8 +44,9 @@ namespace pyalloc {
 // block. The stats count the stitched block once: its allocation, active count and
 // requested bytes under large_pool, and its bytes as allocated and active bytes of the
 // pools its pieces live in, so reserved == active + cached free still holds. Freeing it
-// returns the pieces to their segments as idle free memory (the engine first waits for the
-// streams that used it, and unmaps the range).
+// returns the pieces to their segments as free memory tagged with the block's stream, and
+// the engine unmaps the range once that stream's work up to the free is done (or, if other
+// streams used it too, waits for them all first and returns the pieces idle).
 class Pool {
  public:
   explicit Pool(std::size_t max_split_size);
@@ -113,9 +114,10 @@ class Pool {
   // Lends the runs to a new stitched range at `va` and hands out its one block.
   Block* add_stitched(std::uintptr_t va, std::size_t bytes, const std::vector<StitchRun>& runs,
                       std::size_t requested, StreamId stream);
-  // Frees a stitched block: its pieces become idle free memory of their segments again.
+  // Frees a stitched block: its pieces become free memory of their segments again, tagged
+  // `tag` (kAnyStream: idle, usable on any stream).
   // The range is forgotten; the caller unmaps and unreserves [va, va + bytes).
-  void dissolve_stitched(Block* block, std::uintptr_t* va, std::size_t* bytes);
+  void dissolve_stitched(Block* block, std::uintptr_t* va, std::size_t* bytes, StreamId tag);
   const std::map<std::uintptr_t, Segment*>& stitched() const { return stitched_; }
 
   const std::map<std::uintptr_t, Segment*>& segments() const { return segments_; }

@@ -38,6 +38,7 @@ namespace pyalloc {
 
 Block* Engine::climb_locked(std::size_t rounded, StreamId stream, PoolKind kind) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
+  if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
   Block* block = find_cached_locked(rounded, stream, kind);
   if (!block) block = grow_locked(rounded, kind);
   if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream, kind);
@@ -177,20 +178,55 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
 }
 
 void Engine::free_stitched_locked(Block* block) {
-  // Unmapping does not wait for kernels, and the pieces become free memory of their
-  // segments at once: wait for every stream that used the range first. This blocks the
-  // freeing thread; stitched ranges are rare (the rung before eviction).
-  {
+  // cuMemUnmap does not wait for kernels, so the range may be unmapped only once the
+  // streams that used it are done. The pieces themselves need no wait to be reused on the
+  // block's own stream (its later work is ordered after the range's last use, as for any
+  // freed block): so, when only that stream used it, the pieces go back to their segments
+  // tagged with it at once, and the range is retired, to be unmapped when an event
+  // recorded now completes (unmap_retired_locked). Waiting here instead would stall the
+  // host on the GPU at every free of a stitched block, under memory pressure, where they
+  // are frequent. Other streams, or an event that cannot be recorded, fall back to waiting.
+  trace_.record(TraceAction::kFree, block->addr, block->size, block->requested, block->stream);
+  const StreamId stream = block->stream;
+  const bool synchronous = backend_->stream_is_synchronous(stream);
+  EventId done = 0;
+  if (!synchronous && block->stream_uses.empty()) {
+    done = acquire_event_locked();
+    if (!backend_->record_event(done, stream)) {
+      spare_events_.push_back(done);
+      done = 0;
+    }
+  }
+  if (!synchronous && done == 0) {
     BlockedTimer timer(blocked_ns_);
-    if (!backend_->stream_is_synchronous(block->stream)) backend_->synchronize_stream(block->stream);
+    backend_->synchronize_stream(stream);
     for (StreamId s : block->stream_uses) backend_->synchronize_stream(s);
   }
-  trace_.record(TraceAction::kFree, block->addr, block->size, block->requested, block->stream);
   std::uintptr_t va = 0;
   std::size_t bytes = 0;
-  pool_.dissolve_stitched(block, &va, &bytes);
-  backend_->unmap(va, bytes);
-  backend_->unreserve(va, bytes);
+  pool_.dissolve_stitched(block, &va, &bytes, done ? stream : kAnyStream);
+  if (done) {
+    retired_ranges_.push_back(RetiredRange{va, bytes, done});
+    unmap_retired_locked(/*wait=*/false);
+  } else {
+    backend_->unmap(va, bytes);
+    backend_->unreserve(va, bytes);
+  }
+}
+
+void Engine::unmap_retired_locked(bool wait) {
+  std::size_t kept = 0;
+  for (RetiredRange& r : retired_ranges_) {
+    if (wait) backend_->synchronize_event(r.event);
+    else if (!backend_->query_event(r.event)) {
+      retired_ranges_[kept++] = r;
+      continue;
+    }
+    backend_->unmap(r.va, r.bytes);
+    backend_->unreserve(r.va, r.bytes);
+    spare_events_.push_back(r.event);
+  }
+  retired_ranges_.resize(kept);
 }
 
 bool Engine::fence_streams_locked(StreamId stream) {
@@ -222,6 +258,7 @@ bool Engine::release_cached_locked() {
   // different streams merge, so a segment with nothing live is released whole.
   backend_->synchronize_device();
   ++pool_.stats().num_sync_all_streams;
+  unmap_retired_locked(/*wait=*/true);   // their events are complete now: no wait
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
   std::vector<Segment*> segments = pool_.take_releasable_segments();
   for (Segment* seg : segments) {
