@@ -22,9 +22,11 @@ Figures per workload and configuration:
                     chunks plus the unreserved budget (pyalloc.replay.free_chunk_bytes).
                     These are the failures of placement alone, what VMM stitching serves.
 
-Configurations: ``best-fit`` (option ``stitch:false``) and ``+ stitching`` (the default:
-free 2 MiB chunks of several segments mapped into one range when no block holds a
-request). Fragment-aware eviction and compaction need a registry and a model, so they
+Configurations: ``best-fit`` (option ``stitch:false``), ``+ stitching`` (the default:
+free 2 MiB chunks of several segments mapped into one range when no block holds a request
+and the budget is spent) and ``+ stitching first`` (option ``stitch_first``: stitch before
+mapping more memory whenever free chunks cover the request, and grow by segments of the
+request's size). Fragment-aware eviction and compaction need a registry and a model, so they
 are measured by bench_remat.py and tests/test_frag.py, not here.
 
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
@@ -35,6 +37,7 @@ is replayed, each configuration in a process of its own, through:
   pytorch + expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   pyalloc best-fit      pyalloc's CUDA backend, stitching off
   pyalloc + stitching   pyalloc's CUDA backend (real VMM mappings; nothing is written)
+  pyalloc + stitching first   the same with option stitch_first
 
 Each allocator counts its own "allocated" bytes (rounding differs), so the GPU table also
 gives ``live/reserved``: the trace's own peak of live requested bytes over the
@@ -85,7 +88,8 @@ with pyalloc.record_trace({path!r}):
 """
 
 
-CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {}}
+CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
+           "+ stitching first": {"stitch_first": "true"}}
 
 
 def row(workload: str, config: str, result: Any) -> Dict[str, Any]:
@@ -108,7 +112,8 @@ def record_model(task: str, directory: Path, device: str = "cpu") -> Dict[str, A
 
 # --- the GPU comparison ----------------------------------------------------------------------
 GPU_CONFIGS = {"pytorch": None, "pytorch + expandable": None,
-               "pyalloc best-fit": {"stitch": "false"}, "pyalloc + stitching": {}}
+               "pyalloc best-fit": {"stitch": "false"}, "pyalloc + stitching": {},
+               "pyalloc + stitching first": {"stitch_first": "true"}}
 CHUNK = 2 << 20
 
 

@@ -69,8 +69,9 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   constexpr int kMaxWaitUs = 200'000;
   int waited_us = 0;
   for (int round = 0;; ++round) {
-    if (Block* block = climb_locked(rounded, stream, kind)) {
-      pool_.take(block, rounded, size, stream);
+    bool taken = false;
+    if (Block* block = climb_locked(rounded, size, stream, kind, &taken)) {
+      if (!taken) pool_.take(block, rounded, size, stream);
       trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
       after_op_locked();
       // A thread that may not evict (a prefetch) must not make room for later either.
@@ -86,7 +87,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     }
     // Rung 4c, stitch: the free memory may be there, in pieces of several segments.
     if (options_.stitch && kind != PoolKind::kPersistent) {
-      if (Block* block = stitch_locked(rounded, size, stream)) {
+      if (Block* block = stitch_locked(rounded, size, stream, /*map_rest=*/true)) {
         trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
         after_op_locked();
         return reinterpret_cast<void*>(block->addr);

@@ -125,7 +125,10 @@ class Engine {
  private:
   // --- the reclaim ladder (reclaim.cpp) ---
   // Rungs 1-4 (cached, grow, fence, release); nullptr if none served the request.
-  Block* climb_locked(std::size_t rounded, StreamId stream, PoolKind kind);
+  // A block for the request: free (the caller takes it), or, with *taken set, a stitched
+  // block already handed out.
+  Block* climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
+                      bool* taken);
   // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
   std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                   PoolKind kind);
@@ -139,7 +142,8 @@ class Engine {
   Block* map_segment_locked(std::size_t size, PoolKind kind);
   // The stitch rung (Note [Stitching] in pool.h): a block allocated from free chunks
   // mapped into a fresh range, or nullptr.
-  Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream);
+  // With map_rest, maps a segment of what the free chunks lack if the budget allows.
+  Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream, bool map_rest);
   // Frees a stitched block: waits for its streams, returns its pieces, unmaps the range.
   void free_stitched_locked(Block* block);
   bool fence_streams_locked(StreamId stream);

@@ -163,6 +163,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "stitch") {
     matched = true, kind = OptionKind::kBool;
     ok = parse_bool(value, &o->stitch);
+  } else if (key == "stitch_first") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->stitch_first);
   } else if (key == "evict_strategy") {
     matched = true, kind = OptionKind::kChoice;
     std::string v = lower(trim(value));
@@ -301,9 +304,10 @@ std::string Options::to_string() const {
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
                 ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,stitch:%s,"
-                "evict_strategy:%s,evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
+                "stitch_first:%s,evict_strategy:%s,evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
                 sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
-                stitch ? "true" : "false", strategy_name(evict_strategy), evict_threshold,
+                stitch ? "true" : "false", stitch_first ? "true" : "false",
+                strategy_name(evict_strategy), evict_threshold,
                 trace_capacity,
                 check_invariants ? "true" : "false");
   out += buf;

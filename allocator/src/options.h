@@ -37,8 +37,11 @@ namespace pyalloc {
     "limit; otherwise more than 20 MiB). Same meaning as PyTorch's max_split_size_mb.")     \
   X(stitch, kBool, "true",                                                                   \
     "When no free block holds a request and the budget has no room for a segment, map free " \
-    "2 MiB chunks from several segments into one new range (virtual memory stitching). "     \
-    "The simulated device only for now: on CUDA it needs per-chunk physical handles.")       \
+    "2 MiB chunks from several segments into one new range (virtual memory stitching).")    \
+  X(stitch_first, kBool, "false",                                                            \
+    "With stitch: when no free block holds a request but free 2 MiB chunks of the cached "  \
+    "segments do, stitch them rather than map a new segment, and grow by segments no "      \
+    "larger than the request, so reserved memory grows only when free memory falls short.") \
   X(evict_strategy, kChoice, "window",                                                       \
     "How victims are chosen when memory must be reclaimed from evictable tensors: dtr "     \
     "(cheapest cost/(bytes x staleness), DTR), dte (the same counting free neighbours, "     \
@@ -90,6 +93,7 @@ struct Options {
   bool sim_sync_stream0 = true;
   std::size_t max_split_size = 0;
   bool stitch = true;
+  bool stitch_first = false;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;
   double evict_threshold = 0;
