@@ -191,3 +191,34 @@ def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_eng
     for ptr in blocks[0::2]:
         engine.free(ptr)
 
+
+
+def test_a_stitched_range_another_stream_used_is_unmapped_only_after_that_stream():
+    # Stream 0 is synchronous on the simulated device, but a side stream recorded on the
+    # block is not: freeing must wait for it before unmapping, or its write lands on an
+    # unmapped range (a crash, so this runs in its own process).
+    out = run_in_subprocess("""
+        import ctypes
+        from pyalloc import Engine
+        engine = Engine("host", budget="40MiB", sim_capacity="256MiB")
+        side = engine.create_stream()
+        blocks = [engine.alloc(4 << 20) for _ in range(10)]
+        for ptr in blocks[1::2]:
+            engine.free(ptr)
+        big = engine.alloc(12 << 20)
+        pieces = engine.snapshot()["stitched"][0]["pieces"]
+        engine.record_stream(big, side)
+        engine.set_stream_delay(side, 200_000)
+        engine.fill_async(side, big, 12 << 20, 0xEE)
+        blocked = engine.blocked_ns()
+        engine.free(big)
+        assert engine.blocked_ns() > blocked            # it waited for the side stream
+        assert engine.stats()["retired_stitched_ranges"] == 0
+        for address, size in pieces:                     # the write landed, in the pieces
+            assert ctypes.string_at(address, size) == b"\\xee" * size
+        for ptr in blocks[0::2]:
+            engine.free(ptr)
+        engine.check_invariants()
+        print("ok")
+    """)
+    assert out.startswith("ok")

@@ -214,9 +214,9 @@ void Engine::free_stitched_locked(Block* block) {
       done = 0;
     }
   }
-  if (!synchronous && done == 0) {
+  if (done == 0) {
     BlockedTimer timer(blocked_ns_);
-    backend_->synchronize_stream(stream);
+    if (!synchronous) backend_->synchronize_stream(stream);
     for (StreamId s : block->stream_uses) backend_->synchronize_stream(s);
   }
   std::uintptr_t va = 0;
