@@ -4,7 +4,11 @@ Every model exercises what memory policies get wrong: the residual CNN has Batch
 (running statistics updated in place, behind a schema that does not say so), dropout (a
 random op replayed bit for bit) and in-place ReLU and addition; the transformer has
 attention built from views, transposes and a masked softmax, LayerNorm, GELU and dropout.
-``resnet50`` (torchvision) and ``gpt2`` (GPT-2 small's shape) are the GPU-sized ones.
+The UNet is the other shape: a wide-then-narrow encoder and decoder whose skip
+connections keep the encoder's activations alive until the decoder concatenates them
+(``torch.cat``), with max pooling, transposed convolutions and a per-pixel loss.
+``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's shape) and ``unet_gpu`` are the
+GPU-sized ones.
 
 A :class:`Task` knows how to build its model and a batch, so a benchmark can vary the
 batch size and nothing else.
@@ -28,7 +32,7 @@ def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.
 
 def blocks(model: nn.Module) -> list:
     """The repeated blocks of a model (what ``torch.utils.checkpoint`` wraps one by one)."""
-    kinds = [ResidualBlock, TransformerBlock]
+    kinds = [ResidualBlock, TransformerBlock, ConvBlock]
     try:
         from torchvision.models.resnet import BasicBlock, Bottleneck
         kinds += [BasicBlock, Bottleneck]
@@ -123,6 +127,59 @@ class Transformer(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
+class ConvBlock(nn.Module):
+    """(conv-BN-ReLU in place) twice: the UNet's repeated unit. One tensor in, one out, so
+    ``torch.utils.checkpoint`` can wrap it; the skip connections live in ``UNet.forward``."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True),
+            nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class UNet(nn.Module):
+    """A UNet for per-pixel classification: ``depth`` encoder levels (ConvBlock, then 2x2
+    max pooling, channels doubling from ``width``), a bottleneck, and decoder levels that
+    upsample with a 2x2 transposed convolution and concatenate the encoder's output of the
+    same resolution before their ConvBlock.
+
+    The output is (N, H, W, classes), channels last, so that :meth:`Task.loss`'s
+    ``reshape(-1, classes)`` gives one row per pixel against labels of shape (N, H, W).
+    """
+
+    def __init__(self, in_channels: int = 3, classes: int = 4, width: int = 16,
+                 depth: int = 3) -> None:
+        super().__init__()
+        channels = [width * 2 ** level for level in range(depth + 1)]
+        self.encoder = nn.ModuleList(
+            ConvBlock(c_in, c_out) for c_in, c_out in zip([in_channels] + channels, channels[:depth]))
+        self.pool = nn.MaxPool2d(2)
+        self.bottleneck = ConvBlock(channels[depth - 1], channels[depth])
+        self.upsample = nn.ModuleList(
+            nn.ConvTranspose2d(channels[level + 1], channels[level], 2, stride=2)
+            for level in reversed(range(depth)))
+        self.decoder = nn.ModuleList(
+            ConvBlock(2 * channels[level], channels[level]) for level in reversed(range(depth)))
+        self.head = nn.Conv2d(width, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for block in self.encoder:
+            x = block(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottleneck(x)
+        for upsample, block, skip in zip(self.upsample, self.decoder, reversed(skips)):
+            x = block(torch.cat([upsample(x), skip], dim=1))
+        return self.head(x).permute(0, 2, 3, 1)
+
+
 @dataclass
 class Task:
     """A model and its synthetic data: ``build()``, ``batch(n)``, ``loss(model, x, y)``."""
@@ -156,6 +213,14 @@ def _vectors(width: int, classes: int = 10):
     return batch
 
 
+def _segmentation(size: int, classes: int):
+    """Images and a class per pixel (labels N x H x W, as the UNet's output is N x H x W x C)."""
+    def batch(n: int, gen: torch.Generator):
+        return (torch.randn(n, 3, size, size, generator=gen),
+                torch.randint(0, classes, (n, size, size), generator=gen))
+    return batch
+
+
 def _resnet50() -> nn.Module:
     try:
         import torchvision
@@ -168,7 +233,9 @@ TASKS: Dict[str, Task] = {
     "mlp": Task("mlp", lambda: mlp(256, 8), _vectors(256), 4096),
     "cnn": Task("cnn", lambda: residual_cnn(16, 3), _images(32), 64),
     "transformer": Task("transformer", lambda: Transformer(256, 64, 128, 4, 3), _tokens(256, 64), 32),
+    "unet": Task("unet", lambda: UNet(3, 4, 8, 3), _segmentation(64, 4), 16),
     # GPU sizes.
     "resnet50": Task("resnet50", _resnet50, _images(224, 1000), 64),
     "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 4),
+    "unet_gpu": Task("unet_gpu", lambda: UNet(3, 8, 32, 4), _segmentation(256, 8), 16),
 }

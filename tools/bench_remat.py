@@ -44,18 +44,13 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyalloc.bench_suite import TooSlow, _too_slow, largest_batch  # noqa: E402
+
 STRATEGIES = ("dtr", "dte", "window")
 CONFIGS = ("baseline", "checkpoint") + STRATEGIES
 
 
 # --- worker: one configuration, in its own process ------------------------------------------
-class TooSlow(Exception):
-    """A trial thrashed past its time limit: counted as not training at that setting."""
-
-
-def _too_slow(signum, frame):
-    raise TooSlow()
-
 
 class Worker:
     def __init__(self, task: str, config: str, device: str, batch: int) -> None:
@@ -224,23 +219,9 @@ class Worker:
         return hi
 
     def max_batch(self, budget: int, limit: int = 8) -> int:
-        good, bad = 0, None
-        n = self.batch
-        while bad is None:
-            if self.trial(budget, n, 2) is None:
-                bad = n
-            else:
-                good = n
-                n *= 2
-                if n > limit * self.batch:
-                    return good
-        while bad - good > max(1, good // 32):
-            mid = (good + bad) // 2
-            if self.trial(budget, mid, 2) is None:
-                bad = mid
-            else:
-                good = mid
-        return good
+        """The largest batch that trains 2 steps under ``budget``, to 1/32 of itself."""
+        return largest_batch(lambda n: self.trial(budget, n, 2) is not None, self.batch,
+                             limit * self.batch, lambda good: good // 32)
 
 
 def worker_main(args: argparse.Namespace) -> None:

@@ -43,7 +43,6 @@ import ctypes
 import functools
 import json
 import mmap
-import os
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # pyalloc, fro
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # bench_remat, beside us
 
 from bench_remat import Worker, _ratio  # noqa: E402
+
+from pyalloc.bench_results import sim_device_name  # noqa: E402
 
 POLICIES = ("recompute", "swap", "hybrid")
 SWAPPING = ("swap", "hybrid")
@@ -73,18 +74,6 @@ def _warmup(steps: int) -> int:
     """Untimed steps at the start of a trial: two of six, one of three. The first step
     of a swap policy has no previous iteration to prefetch from, and allocates its cache."""
     return min(2, steps // 3)
-
-
-def sim_device_name() -> str:
-    """What the simulated device runs on: its copies are this machine's memcpy."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), "")
-    except OSError:   # not Linux: the core count still says something
-        pass
-    return f"simulated device (host memory{': ' + model if model else ''}), {os.cpu_count()} cores"
 
 
 # --- part 1: copy throughput, in its own process ----------------------------------------------
