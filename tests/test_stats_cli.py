@@ -82,7 +82,9 @@ def hand_trace(events: List[list], initial: Optional[dict] = None, final: Option
 
 @pytest.fixture
 def engine(make_engine):
-    return make_engine(budget="64MiB", sim_capacity="256MiB")
+    # Stitching off: fragmenting_workload exercises the release rung, which stitching from
+    # cached chunks would otherwise make unnecessary (tests/test_frag.py covers stitching).
+    return make_engine(budget="64MiB", sim_capacity="256MiB", stitch=False)
 
 
 def record(engine: Engine, path: Path, workload) -> tuple:

@@ -85,7 +85,9 @@ class Pool {
   bool has_fast_cached() const { return !fast_list_.empty(); }
   // Removes every segment that is one free block, and returns them; the caller unmaps
   // and frees them on the device.
-  std::vector<Segment*> take_releasable_segments();
+  // Takes wholly free segments out of the pool for release: all of them (needed == 0), or
+  // as few as cover `needed` bytes.
+  std::vector<Segment*> take_releasable_segments(std::size_t needed = 0);
   void destroy_segment(Segment* segment);
 
   Block* find_allocated(std::uintptr_t ptr) const;
