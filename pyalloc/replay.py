@@ -53,19 +53,16 @@ def replay_options(trace: Mapping[str, Any], overrides: Mapping[str, Any] = (),
     if device == "cuda":
         for key in [k for k in opts if k.startswith("sim_")]:
             del opts[key]
-        if "budget" not in opts or not opts["budget"].isdigit():
-            opts["budget"] = str(int(trace.get("budget_bytes", 0)) or "90%")
-        opts.pop("trace_capacity", None)
-        opts.pop("check_invariants", None)
-        opts.update({k: str(v) for k, v in dict(overrides).items()})
-        return opts
-    # The simulated device must be as large as the traced one (its memory is sparse: only
-    # the replay's bookkeeping is touched, never the bytes).
-    opts["sim_capacity"] = str(max(int(trace.get("device_total_bytes", 0)), 1 << 30))
+        default_budget = "90%"
+    else:
+        # The simulated device must be as large as the traced one (its memory is sparse:
+        # only the replay's bookkeeping is touched, never the bytes).
+        opts["sim_capacity"] = str(max(int(trace.get("device_total_bytes", 0)), 1 << 30))
+        default_budget = opts["sim_capacity"]
+        # On a GPU, stream 0's frees are not idle at once; keep that when replaying its trace.
+        opts["sim_sync_stream0"] = "false" if trace.get("backend") == "cuda" else "true"
     if "budget" not in opts or not opts["budget"].isdigit():
-        opts["budget"] = str(int(trace.get("budget_bytes", 0)) or opts["sim_capacity"])
-    # On a GPU, stream 0's frees are not idle at once; keep that when replaying its trace.
-    opts["sim_sync_stream0"] = "false" if trace.get("backend") == "cuda" else "true"
+        opts["budget"] = str(int(trace.get("budget_bytes", 0)) or default_budget)
     opts.pop("trace_capacity", None)
     opts.pop("check_invariants", None)
     opts.update({k: str(v) for k, v in dict(overrides).items()})

@@ -10,8 +10,9 @@
 //      stitch     if free 2 MiB chunks of the cached segments cover a large request, map
 //                 them into one new range rather than release and map again (option
 //                 stitch; with stitch_first this runs before rung 2).
-//   4. release    give every wholly free cached segment back to the device and grow
-//                 again (num_alloc_retries, num_sync_all_streams); then, for a small
+//   4. release    give wholly free cached segments back to the device, as few as the new
+//                 segment needs, and grow again (num_alloc_retries,
+//                 num_sync_all_streams); then, for a small
 //                 request, borrow a piece of a large-pool free block (num_small_borrows).
 //      stitch     again, now also mapping a segment of what the free chunks lack if
 //                 the budget has room (num_stitches; Note [Stitching] in pool.h).
@@ -146,7 +147,7 @@ Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
   // With stitch_first a large request needs no segment larger than itself: the free chunks
   // of many small segments serve later requests as well as one big segment would, and
   // the pool grows by what is missing, not by 20 MiB at a time (on the recorded model
-  // traces peak reserved fell by 8-14%; tools/bench_frag.py). The cost: a remainder of
+  // traces peak reserved fell by 8-12%; tools/bench_frag.py). The cost: a remainder of
   // up to kSmallSize in the last chunk stays in the block (large blocks keep such tails).
   const bool tight = options_.stitch && options_.stitch_first && kind == PoolKind::kLarge;
   const std::size_t preferred = tight ? exact : round_up(preferred_segment_size(rounded), gran);
