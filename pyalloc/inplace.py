@@ -95,14 +95,21 @@ def _settle(p: torch.Tensor) -> None:
                        p.grad.untyped_storage()._cdata if p.grad is not None else 0))
 
 
-def _scratch_for(t: torch.Tensor) -> torch.Tensor:
-    """A scratch tensor shaped like ``t`` (contents undefined). Grows, rarely."""
-    key = (t.device, t.dtype)
+def _scratch_flat(device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """The flat scratch buffer of ``device`` and ``dtype``, at least ``numel`` elements
+    (contents undefined). Grows, rarely."""
+    key = (device, dtype)
     buf = _scratch.get(key)
-    if buf is None or buf.numel() < t.numel():
+    if buf is None or buf.numel() < numel:
         with persistent():
-            buf = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+            buf = torch.empty(numel, dtype=dtype, device=device)
         _scratch[key] = buf
+    return buf
+
+
+def _scratch_for(t: torch.Tensor) -> torch.Tensor:
+    """A scratch tensor shaped like ``t`` (contents undefined)."""
+    buf = _scratch_flat(t.device, t.dtype, t.numel())
     # Valid for any dense layout (_supported checks it): the strides cover numel() elements.
     return buf[:t.numel()].as_strided(t.shape, t.stride())
 
@@ -151,7 +158,7 @@ def _chunks(params: List[torch.Tensor]) -> Iterator[Tuple[List[torch.Tensor], Li
     for p in params:
         groups.setdefault((p.device, p.dtype), []).append(p)
     for members in groups.values():
-        buf = _scratch_for(max(members, key=torch.Tensor.numel)).view(-1)
+        buf = _scratch_flat(members[0].device, members[0].dtype, max(p.numel() for p in members))
         run: List[torch.Tensor] = []
         views: List[torch.Tensor] = []
         used = 0

@@ -74,6 +74,10 @@ OPTIMIZERS = {
                     "maximize=True, foreach=True)",
     "adamw-foreach": "torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, "
                      "amsgrad=True, foreach=True)",
+    # Channels-last convolution weights (Module.to converts in place, before the optimizer
+    # sees the parameters): scratch views must take their strides.
+    "adam-foreach-channels-last": "torch.optim.Adam(model.to(memory_format=torch.channels_last)"
+                                  ".parameters(), lr=1e-3, weight_decay=1e-4, foreach=True)",
 }
 
 
@@ -86,6 +90,7 @@ def run(task: str, optimizer: str, mode: bool, batch: int) -> str:
     ("cnn", 32, "sgd"), ("cnn", 32, "adam"), ("transformer", 16, "adamw"),
     ("mlp", 512, "sgd-plain"), ("mlp", 512, "adam-maximize"),
     ("cnn", 32, "sgd-foreach"), ("cnn", 32, "adam-foreach"), ("transformer", 16, "adamw-foreach"),
+    ("cnn", 32, "adam-foreach-channels-last"),
 ])
 def test_inplace_update_trains_identically_with_no_parameter_sized_allocation(
         task, batch, optimizer):
