@@ -128,19 +128,14 @@ def test_eviction_cannot_help_a_request_larger_than_everything():
     e.close()
 
 
-@pytest.mark.parametrize("stitch", [True, False])
-def test_window_frees_whole_segments_for_a_request_no_segment_holds(stitch):
-    e = Engine("host", budget="40MiB", evict_strategy="window", stitch=stitch)
+def test_window_frees_whole_segments_for_a_request_no_segment_holds():
+    e = Engine("host", budget="40MiB", evict_strategy="window")
     reg = FakeRegistry(e)
     for i in range(8):
         reg.add(5 * MiB, cost=float(i + 1), handle=i + 1)  # two 20 MiB segments, all evictable
-    big = e.alloc(30 * MiB)   # no segment holds it: the evictions must empty both
-    stats = e.stats()
-    assert stats["reserved_bytes.all.peak"] <= 40 * MiB
-    if stitch:   # the free chunks of the two segments, mapped together: nothing released
-        assert stats["num_stitches"] == 1 and stats["num_device_free"] == 0
-    else:        # both released, a 30 MiB segment mapped
-        assert stats["num_device_free"] == 2
+    big = e.alloc(30 * MiB)  # needs a new 30 MiB segment: both old ones must go
+    # (With a registry the engine does not stitch before releasing: reclaim.cpp, rung 3b.)
+    assert e.stats()["num_device_free"] == 2
     e.free(big)
     e.check_invariants()
     e.close()
