@@ -128,14 +128,19 @@ def test_eviction_cannot_help_a_request_larger_than_everything():
     e.close()
 
 
-def test_window_frees_whole_segments_for_a_request_no_segment_holds():
-    e = Engine("host", budget="40MiB", evict_strategy="window")
+@pytest.mark.parametrize("stitch", [True, False])
+def test_window_frees_whole_segments_for_a_request_no_segment_holds(stitch):
+    e = Engine("host", budget="40MiB", evict_strategy="window", stitch=stitch)
     reg = FakeRegistry(e)
     for i in range(8):
         reg.add(5 * MiB, cost=float(i + 1), handle=i + 1)  # two 20 MiB segments, all evictable
-    big = e.alloc(30 * MiB)  # needs a new 30 MiB segment: both old ones must go
-    # (With a registry the engine does not stitch before releasing: reclaim.cpp, rung 3b.)
-    assert e.stats()["num_device_free"] == 2
+    big = e.alloc(30 * MiB)   # no segment holds it: the evictions must empty both
+    stats = e.stats()
+    assert stats["reserved_bytes.all.peak"] <= 40 * MiB
+    if stitch:   # the free chunks of the two segments, mapped together: nothing released
+        assert stats["num_stitches"] == 1 and stats["num_device_free"] == 0
+    else:        # both released, a 30 MiB segment mapped
+        assert stats["num_device_free"] == 2
     e.free(big)
     e.check_invariants()
     e.close()
@@ -233,5 +238,29 @@ def test_failing_callback_is_contained():
     e.set_evict_callback(None)
     e.check_invariants()
     for p in ptrs:
+        e.free(p)
+    e.close()
+
+
+@pytest.mark.parametrize("strategy", ["window", "dtr", "dte"])
+def test_a_stitched_block_is_an_eviction_candidate(strategy):
+    # Pinned 4 MiB blocks with 4 MiB holes between them: a 12 MiB tensor is stitched from
+    # three holes and marked evictable. A second 12 MiB request fits only if that tensor
+    # goes: the evictor must see stitched ranges, or this is an OOM.
+    e = Engine("host", budget="40MiB", evict_strategy=strategy)
+    reg = FakeRegistry(e)
+    blocks = [e.alloc(4 * MiB) for _ in range(10)]
+    for p in blocks[1::2]:
+        e.free(p)
+    pinned = blocks[0::2]
+    reg.add(12 * MiB, cost=1.0, handle=1)
+    assert e.stats()["num_stitches"] == 1
+    other = e.alloc(12 * MiB)
+    stats = e.stats()
+    assert [h for call in reg.calls for h in call] == [1]
+    assert stats["num_stitches"] == 2 and stats["reserved_bytes.all.peak"] <= 40 * MiB
+    e.free(other)
+    e.check_invariants()
+    for p in pinned:
         e.free(p)
     e.close()

@@ -30,13 +30,15 @@ EvictPlan plan_by_score(const Pool& pool, std::size_t bytes, std::uint64_t clock
     Block* block;
   };
   std::vector<Scored> candidates;
+  auto consider = [&](Block* b) {
+    if (!evictable(b)) return;
+    double size = static_cast<double>(b->size + (count_neighbours ? free_neighbour_bytes(b) : 0));
+    candidates.push_back({b->evict_cost / (size * staleness(b, clock)), b});
+  };
   for (const auto& kv : pool.segments()) {
-    for (Block* b = kv.second->first; b; b = b->next) {
-      if (!evictable(b)) continue;
-      double size = static_cast<double>(b->size + (count_neighbours ? free_neighbour_bytes(b) : 0));
-      candidates.push_back({b->evict_cost / (size * staleness(b, clock)), b});
-    }
+    for (Block* b = kv.second->first; b; b = b->next) consider(b);
   }
+  for (const auto& kv : pool.stitched()) consider(kv.second->first);
   // Ties (equal h) go to the lower address, so plans are deterministic.
   std::sort(candidates.begin(), candidates.end(), [](const Scored& a, const Scored& b) {
     return a.h != b.h ? a.h < b.h : a.block->addr < b.block->addr;
@@ -96,6 +98,18 @@ EvictPlan plan_window(const Pool& pool, std::size_t rounded, PoolKind kind, Stre
       if (size >= rounded && (cost < best_cost || (cost == best_cost && size < best_size))) {
         best_first = left, best_last = right, best_cost = cost, best_size = size;
       }
+    }
+  }
+  // A stitched range is a window of its own: evicting its one block returns its pieces,
+  // whole chunks, which stitching gathers again for the request (the engine stitches
+  // whenever a stitched range exists). Without this, memory in stitched ranges could never
+  // be reclaimed by eviction.
+  for (const auto& kv : pool.stitched()) {
+    Block* b = kv.second->first;
+    if (!evictable(b) || b->stream != stream || b->size < rounded) continue;
+    const double cost = window_cost(b, clock);
+    if (cost < best_cost || (cost == best_cost && b->size < best_size)) {
+      best_first = best_last = b, best_cost = cost, best_size = b->size;
     }
   }
   EvictPlan plan;
@@ -178,6 +192,9 @@ std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks) {
     for (const Block* b = kv.second->first; b; b = b->next) {
       if (evictable(b)) bytes += b->size, ++count;
     }
+  }
+  for (const auto& kv : pool.stitched()) {
+    if (evictable(kv.second->first)) bytes += kv.second->first->size, ++count;
   }
   if (blocks) *blocks = count;
   return bytes;

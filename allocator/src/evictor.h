@@ -13,7 +13,8 @@
 //           *contiguous* evictable and free blocks inside one segment that holds the
 //           request, so one round frees space that is actually usable. When no segment can hold the request, whole
 //           segments of free and evictable blocks are freed, cheapest first, so the
-//           release rung can return them and a new segment can be made.
+//           release rung can return them and a new segment can be made. A stitched
+//           range's block is a candidate in every strategy (a window of its own).
 //
 // Staleness is measured on a logical clock (one tick per access the registry reports),
 // which keeps runs deterministic and tests exact.

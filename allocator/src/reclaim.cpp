@@ -9,8 +9,7 @@
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
 //      stitch     if free 2 MiB chunks of the cached segments cover a large request, map
 //                 them into one new range rather than release and map again (option
-//                 stitch; not while a registry can evict; with stitch_first this runs
-//                 before rung 2).
+//                 stitch; with stitch_first this runs before rung 2).
 //   4. release    give wholly free cached segments back to the device, as few as the new
 //                 segment needs, and grow again (num_alloc_retries,
 //                 num_sync_all_streams); then, for a small
@@ -58,13 +57,11 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream, kind);
   // Rung 3b, stitch from what is cached, before releasing it: the release rung waits for
   // the whole device and unmaps free segments, which are mapped again moments later (on
-  // CUDA, a cuMemCreate per chunk). Not while a registry can evict: a stitched block is
-  // no eviction candidate (the evictor walks segments, and a stitched range is none), so
-  // stitching early under a registry leaves the evictor too little to choose from (the
-  // transformer at 35% of its peak ran out of memory). On an H100, ResNet-50 under
-  // recompute went from 339 to 238 ms a step with this rung on; making stitched blocks
-  // evictable would let it stay on there.
-  if (!block && options_.stitch && kind == PoolKind::kLarge && !evict_callback_) {
+  // CUDA, a cuMemCreate per chunk). On an H100, ResNet-50 under recompute at half its
+  // peak went from 339 to 238 ms a step with this rung. It needs stitched blocks to be
+  // eviction candidates (evictor.cpp): without that, under a registry, memory in stitched
+  // ranges could not be reclaimed (the transformer at 35% of its peak ran out of memory).
+  if (!block && options_.stitch && kind == PoolKind::kLarge) {
     if ((block = stitch_locked(rounded, size, stream, /*map_rest=*/false))) {
       *taken = true;
       return block;
