@@ -68,18 +68,26 @@ def test_no_request_fails_while_free_chunks_would_hold_it(name):
             assert stitched.num_stitches > 0
 
 
+def punch_holes(engine, stream: int = 0) -> list:
+    """Fills a 40 MiB budget with ten 4 MiB blocks (block i holds pattern i) and frees
+    every other one: 20 MiB free, in 4 MiB holes. Returns all ten addresses."""
+    from memory_patterns import write_pattern
+
+    blocks = [engine.alloc(4 << 20, stream) for _ in range(10)]
+    for i, ptr in enumerate(blocks):
+        write_pattern(ptr, 4 << 20, i)
+    for ptr in blocks[1::2]:
+        engine.free(ptr)
+    return blocks
+
+
 def test_stitched_ranges_hold_data_across_map_and_unmap(make_engine):
     import ctypes
 
     from memory_patterns import assert_pattern, write_pattern
 
     engine = make_engine(budget="40MiB")
-    # Fill the budget with 4 MiB blocks, free every other one: 20 MiB free, in 4 MiB holes.
-    blocks = [engine.alloc(4 << 20) for _ in range(10)]
-    for i, ptr in enumerate(blocks):
-        write_pattern(ptr, 4 << 20, i)
-    for ptr in blocks[1::2]:
-        engine.free(ptr)
+    blocks = punch_holes(engine)
     big = engine.alloc(12 << 20)                 # no hole holds it: stitched
     stats = engine.stats()
     assert stats["num_stitches"] == 1 and stats["num_stitched_bytes"] == 12 << 20
@@ -152,15 +160,11 @@ def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
 def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_engine):
     import ctypes
 
-    from memory_patterns import assert_pattern, write_pattern
+    from memory_patterns import assert_pattern
 
     engine = make_engine(budget="40MiB")
     stream = engine.create_stream()
-    blocks = [engine.alloc(4 << 20, stream) for _ in range(10)]
-    for i, ptr in enumerate(blocks):
-        write_pattern(ptr, 4 << 20, i)
-    for ptr in blocks[1::2]:
-        engine.free(ptr)
+    blocks = punch_holes(engine, stream)
     big = engine.alloc(12 << 20, stream)
     assert engine.stats()["num_stitches"] == 1
     # Slow work still queued on the stream when the range is freed: the free must not wait
@@ -223,3 +227,25 @@ def test_a_stitched_range_another_stream_used_is_unmapped_only_after_that_stream
         print("ok")
     """)
     assert out.startswith("ok")
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_stitch_first_serves_from_free_chunks_before_growing(make_engine, first):
+    # A budget with room to grow: by default a request no hole holds maps a new segment;
+    # with stitch_first the free chunks are stitched instead, and segments grow by the
+    # request's size, not 20 MiB.
+    engine = make_engine(budget="100MiB", stitch_first=first)
+    blocks = punch_holes(engine)
+    segments = engine.stats()["num_device_alloc"]
+    big = engine.alloc(12 << 20)
+    stats = engine.stats()
+    assert stats["num_stitches"] == (1 if first else 0)
+    assert stats["num_device_alloc"] == segments + (0 if first else 1)
+    engine.free(big)
+    engine.check_invariants()
+    for ptr in blocks[0::2]:
+        engine.free(ptr)
+    fresh = make_engine(budget="100MiB", stitch_first=first)
+    ptr = fresh.alloc(6 << 20)
+    assert fresh.stats()["reserved_bytes.all.current"] == (6 << 20 if first else 20 << 20)
+    fresh.free(ptr)

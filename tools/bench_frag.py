@@ -112,8 +112,7 @@ def record_model(task: str, directory: Path, device: str = "cpu") -> Dict[str, A
 
 # --- the GPU comparison ----------------------------------------------------------------------
 GPU_CONFIGS = {"pytorch": None, "pytorch + expandable": None,
-               "pyalloc best-fit": {"stitch": "false"}, "pyalloc + stitching": {},
-               "pyalloc + stitching first": {"stitch_first": "true"}}
+               **{f"pyalloc {name}": options for name, options in CONFIGS.items()}}
 CHUNK = 2 << 20
 
 
@@ -184,14 +183,15 @@ def gpu_worker(config: str, jobs_path: str) -> List[Dict[str, Any]]:
             traces[job["path"]] = (json.loads(path.read_text()) if path.suffix == ".json"
                                    else files.load(path))
         trace = traces[job["path"]]
+        label = f"{config}, {job['setting']}"
         if GPU_CONFIGS[config] is None:
-            r = replay_native(trace, job["budget"])
+            r = {**replay_native(trace, job["budget"]), "workload": job["workload"], "config": label}
         else:
-            r = row("", "", replay(trace, {**GPU_CONFIGS[config], "budget": job["budget"]},
-                                   device="cuda"))
+            r = row(job["workload"], label, replay(
+                trace, {**GPU_CONFIGS[config], "budget": job["budget"]}, device="cuda"))
         live = job["peak_live"]
-        rows.append({**r, "workload": job["workload"], "config": f"{config}, {job['setting']}",
-                     "live_over_reserved": live / r["peak_reserved"] if r["peak_reserved"] else 1.0})
+        rows.append({**r, "live_over_reserved":
+                     live / r["peak_reserved"] if r["peak_reserved"] else 1.0})
     return rows
 
 

@@ -175,6 +175,8 @@ class Engine {
   EventId acquire_event_locked();
 
   void after_op_locked();  // the check_invariants option
+  // Bytes the budget still allows to be reserved (0 when reserved already exceeds it).
+  std::size_t headroom_locked() const;
 
   // --- swap (swap.cpp) ---
   bool ensure_swap_streams_locked(std::string* error);

@@ -165,21 +165,23 @@ bool Pool::should_split(const Block* b, std::size_t rounded) const {
   return remaining > kSmallSize && (max_split_size_ == 0 || rounded < max_split_size_);
 }
 
+Block* Pool::split_off(Block* b, std::size_t keep) {
+  Block* rest = new_block();
+  rest->addr = b->addr + keep;
+  rest->size = b->size - keep;
+  rest->segment = b->segment;
+  rest->prev = b;
+  rest->next = b->next;
+  rest->stream = b->stream;  // the remainder is exactly as safe to reuse as before
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = keep;
+  return rest;
+}
+
 Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
   erase_free(b);
-  if (should_split(b, rounded)) {
-    Block* rest = new_block();
-    rest->addr = b->addr + rounded;
-    rest->size = b->size - rounded;
-    rest->segment = b->segment;
-    rest->prev = b;
-    rest->next = b->next;
-    rest->stream = b->stream;  // the remainder is exactly as safe to reuse as before
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = rounded;
-    insert_free(rest);
-  }
+  if (should_split(b, rounded)) insert_free(split_off(b, rounded));
   b->state = BlockState::kAllocated;
   b->requested = requested;
   b->stream = stream;
@@ -333,33 +335,11 @@ Block* Pool::add_stitched(std::uintptr_t va, std::size_t bytes,
     Segment* seg = b->segment;
     erase_free(b);
     if (run.start > b->addr) {  // the part before the run stays free
-      Block* before = new_block();
-      before->addr = b->addr;
-      before->size = run.start - b->addr;
-      before->segment = seg;
-      before->stream = b->stream;
-      before->prev = b->prev;
-      before->next = b;
-      if (b->prev) b->prev->next = before;
-      else seg->first = before;
-      b->prev = before;
-      b->addr = run.start;
-      b->size -= before->size;
+      Block* before = b;
+      b = split_off(before, run.start - before->addr);
       insert_free(before);
     }
-    if (b->size > run.bytes) {  // and so does the part after it
-      Block* after = new_block();
-      after->addr = b->addr + run.bytes;
-      after->size = b->size - run.bytes;
-      after->segment = seg;
-      after->stream = b->stream;
-      after->prev = b;
-      after->next = b->next;
-      if (b->next) b->next->prev = after;
-      b->next = after;
-      b->size = run.bytes;
-      insert_free(after);
-    }
+    if (b->size > run.bytes) insert_free(split_off(b, run.bytes));  // and so does the rest
     b->state = BlockState::kLent;
     b->lent_to = sb;
     b->stream = stream;

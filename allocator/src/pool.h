@@ -83,10 +83,8 @@ class Pool {
   // Moves every block of the exact-size cache into the free sets.
   void flush_fast();
   bool has_fast_cached() const { return !fast_list_.empty(); }
-  // Removes every segment that is one free block, and returns them; the caller unmaps
-  // and frees them on the device.
-  // Takes wholly free segments out of the pool for release: all of them (needed == 0), or
-  // as few as cover `needed` bytes.
+  // Takes segments that are one free block out of the pool: all of them (needed == 0), or
+  // as few as cover `needed` bytes. The caller unmaps and frees them on the device.
   std::vector<Segment*> take_releasable_segments(std::size_t needed = 0);
   void destroy_segment(Segment* segment);
 
@@ -141,6 +139,9 @@ class Pool {
     return a == b || a == kAnyStream || b == kAnyStream;
   }
 
+  // Cuts `block` (not in a free set) after its first `keep` bytes; returns the rest, a new
+  // block of the same segment and stream tag, linked after it and in no free set.
+  Block* split_off(Block* block, std::size_t keep);
   void fast_push(Block* block);
   void fast_remove(Block* block);
   Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind) const;

@@ -40,42 +40,44 @@
 
 namespace pyalloc {
 
+std::size_t Engine::headroom_locked() const {
+  const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
+  return budget_ > reserved ? budget_ - reserved : 0;
+}
+
 Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
                             bool* taken) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
+  const bool stitchable = options_.stitch && kind == PoolKind::kLarge;
+  // From cached chunks only; a stitched block is handed out already (*taken).
+  auto stitch_cached = [&]() -> Block* {
+    Block* stitched = stitch_locked(rounded, size, stream, /*map_rest=*/false);
+    *taken = stitched != nullptr;
+    return stitched;
+  };
   Block* block = find_cached_locked(rounded, stream, kind);
   // Rung 1b, stitch first: free chunks already cached cover the request, so mapping more
   // memory would only grow the pool around its own holes.
-  if (!block && options_.stitch && options_.stitch_first && kind == PoolKind::kLarge) {
-    if ((block = stitch_locked(rounded, size, stream, /*map_rest=*/false))) {
-      *taken = true;
-      return block;
-    }
-  }
+  if (!block && stitchable && options_.stitch_first && (block = stitch_cached())) return block;
   if (!block) block = grow_locked(rounded, kind);
-  if (!block && fence_streams_locked(stream)) block = find_cached_locked(rounded, stream, kind);
+  bool fenced = false;
+  if (!block && (fenced = fence_streams_locked(stream))) block = find_cached_locked(rounded, stream, kind);
   // Rung 3b, stitch from what is cached, before releasing it: the release rung waits for
   // the whole device and unmaps free segments, which are mapped again moments later (on
   // CUDA, a cuMemCreate per chunk). On an H100, ResNet-50 under recompute at half its
   // peak went from 339 to 238 ms a step with this rung. It needs stitched blocks to be
   // eviction candidates (evictor.cpp): without that, under a registry, memory in stitched
   // ranges could not be reclaimed (the transformer at 35% of its peak ran out of memory).
-  if (!block && options_.stitch && kind == PoolKind::kLarge) {
-    if ((block = stitch_locked(rounded, size, stream, /*map_rest=*/false))) {
-      *taken = true;
-      return block;
-    }
-  }
+  // Rung 1b already tried the same chunks unless the fence has freed more since.
+  if (!block && stitchable && (!options_.stitch_first || fenced) && (block = stitch_cached()))
+    return block;
   if (!block) {
     ++pool_.stats().num_alloc_retries;
     // Release only what the new segment needs beyond the budget's headroom (all of the
     // cache if the budget had room: then the device itself is out of memory).
-    const std::size_t gran = backend_->granularity();
-    const std::size_t want = round_up(rounded, gran);
-    const auto reserved =
-        static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
-    const std::size_t headroom = budget_ > reserved ? budget_ - reserved : 0;
+    const std::size_t want = round_up(rounded, backend_->granularity());
+    const std::size_t headroom = headroom_locked();
     const std::size_t deficit = want > headroom ? want - headroom : 0;
     if (release_cached_locked(deficit)) block = grow_locked(rounded, kind);
   }
@@ -110,10 +112,8 @@ std::vector<std::uint64_t> Engine::take_victims_locked(const EvictPlan& plan, bo
 std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                         PoolKind kind) {
   if (!evict_callback_) return {};
-  const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
-  const std::size_t headroom = budget_ > reserved ? budget_ - reserved : 0;
   EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
-                                 headroom, backend_->granularity());
+                                 headroom_locked(), backend_->granularity());
   if (plan.victims.empty()) return {};
   return take_victims_locked(plan, /*proactive=*/false);
 }
@@ -140,8 +140,7 @@ Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind
 
 Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
   const std::size_t gran = backend_->granularity();
-  const std::size_t reserved =
-      static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
+  const std::size_t headroom = headroom_locked();
   // Try the segment size that amortizes best first; under budget pressure fall back to
   // the smallest segment that holds the request.
   const std::size_t exact = round_up(rounded, gran);
@@ -155,7 +154,7 @@ Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
   const std::size_t candidates[] = {preferred, exact};
   for (int i = 0; i < (exact == preferred ? 1 : 2); ++i) {
     const std::size_t size = candidates[i];
-    if (reserved + size > budget_) continue;
+    if (size > headroom) continue;
     if (Block* block = map_segment_locked(size, kind)) return block;
   }
   return nullptr;
@@ -191,9 +190,8 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     // The free chunks fall short, but the budget may have room for the rest, too little
     // for a segment of the whole request: map a segment of just the rest, and stitch.
     const std::size_t have = pool_.stitchable_bytes(chunk, stream);
-    const auto reserved = static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current);
     const std::size_t rest = bytes - std::min(bytes, have);
-    if (have == 0 || rest == 0 || reserved + rest > budget_) return nullptr;
+    if (have == 0 || rest == 0 || rest > headroom_locked()) return nullptr;
     if (!map_segment_locked(rest, PoolKind::kLarge)) return nullptr;
     runs = pool_.plan_stitch(bytes, chunk, stream);
     if (runs.empty()) return nullptr;
