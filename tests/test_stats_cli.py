@@ -82,9 +82,7 @@ def hand_trace(events: List[list], initial: Optional[dict] = None, final: Option
 
 @pytest.fixture
 def engine(make_engine):
-    # Stitching off: fragmenting_workload exercises the release rung, which stitching from
-    # cached chunks would otherwise make unnecessary (tests/test_frag.py covers stitching).
-    return make_engine(budget="64MiB", sim_capacity="256MiB", stitch=False)
+    return make_engine(budget="64MiB", sim_capacity="256MiB")
 
 
 def record(engine: Engine, path: Path, workload) -> tuple:

@@ -147,9 +147,7 @@ class Engine {
   // Frees a stitched block: waits for its streams, returns its pieces, unmaps the range.
   void free_stitched_locked(Block* block);
   bool fence_streams_locked(StreamId stream);
-  // Waits for the device, then releases wholly free segments: all (needed == 0), or as few
-  // as cover `needed` bytes. False if none was free.
-  bool release_cached_locked(std::size_t needed = 0);
+  bool release_cached_locked();
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
   // Counts, traces and reports an OOM; returns nullptr for malloc to return.
   void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,

@@ -236,40 +236,23 @@ bool Pool::has_free_segment() const {
   return false;
 }
 
-std::vector<Segment*> Pool::take_releasable_segments(std::size_t needed) {
+std::vector<Segment*> Pool::take_releasable_segments() {
   flush_fast();
-  std::vector<Segment*> candidates;
-  for (const auto& kv : segments_) {
-    const Block* b = kv.second->first;
-    if (b->state == BlockState::kFree && b->next == nullptr) candidates.push_back(kv.second);
-  }
   std::vector<Segment*> out;
-  if (needed == 0) {
-    out = candidates;
-  } else {
-    // The smallest segment that covers `needed` alone, else the largest ones until they do:
-    // what is released is mapped again when the memory is next wanted, so release little.
-    std::sort(candidates.begin(), candidates.end(),
-              [](const Segment* a, const Segment* b) { return a->size < b->size; });
-    auto one = std::find_if(candidates.begin(), candidates.end(),
-                            [needed](const Segment* s) { return s->size >= needed; });
-    if (one != candidates.end()) {
-      out.push_back(*one);
-    } else {
-      std::size_t total = 0;
-      for (auto it = candidates.rbegin(); it != candidates.rend() && total < needed; ++it) {
-        out.push_back(*it);
-        total += (*it)->size;
-      }
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    Segment* seg = it->second;
+    Block* b = seg->first;
+    if (b->state != BlockState::kFree || b->next != nullptr) {
+      ++it;
+      continue;
     }
-  }
-  for (Segment* seg : out) {
-    erase_free(seg->first);
+    erase_free(b);
     int p = stat_pool(seg);
     update(stats_.segment, p, -1);
     update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
     if (is_oversize(seg->size)) stats_.oversize_segments.decrease(1);
-    segments_.erase(seg->addr);
+    out.push_back(seg);
+    it = segments_.erase(it);
   }
   return out;
 }

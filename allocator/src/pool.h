@@ -83,9 +83,9 @@ class Pool {
   // Moves every block of the exact-size cache into the free sets.
   void flush_fast();
   bool has_fast_cached() const { return !fast_list_.empty(); }
-  // Takes segments that are one free block out of the pool: all of them (needed == 0), or
-  // as few as cover `needed` bytes. The caller unmaps and frees them on the device.
-  std::vector<Segment*> take_releasable_segments(std::size_t needed = 0);
+  // Removes every segment that is one free block, and returns them; the caller unmaps
+  // and frees them on the device.
+  std::vector<Segment*> take_releasable_segments();
   void destroy_segment(Segment* segment);
 
   Block* find_allocated(std::uintptr_t ptr) const;

@@ -9,10 +9,10 @@
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
 //      stitch     if free 2 MiB chunks of the cached segments cover a large request, map
 //                 them into one new range rather than release and map again (option
-//                 stitch; with stitch_first this runs before rung 2).
-//   4. release    give wholly free cached segments back to the device, as few as the new
-//                 segment needs, and grow again (num_alloc_retries,
-//                 num_sync_all_streams); then, for a small
+//                 stitch; under a registry only; with stitch_first this runs before
+//                 rung 2).
+//   4. release    give every wholly free cached segment back to the device and grow
+//                 again (num_alloc_retries, num_sync_all_streams); then, for a small
 //                 request, borrow a piece of a large-pool free block (num_small_borrows).
 //      stitch     again, now also mapping a segment of what the free chunks lack if
 //                 the budget has room (num_stitches; Note [Stitching] in pool.h).
@@ -63,23 +63,21 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   if (!block) block = grow_locked(rounded, kind);
   bool fenced = false;
   if (!block && (fenced = fence_streams_locked(stream))) block = find_cached_locked(rounded, stream, kind);
-  // Rung 3b, stitch from what is cached, before releasing it: the release rung waits for
-  // the whole device and unmaps free segments, which are mapped again moments later (on
-  // CUDA, a cuMemCreate per chunk). On an H100, ResNet-50 under recompute at half its
-  // peak went from 339 to 238 ms a step with this rung. It needs stitched blocks to be
-  // eviction candidates (evictor.cpp): without that, under a registry, memory in stitched
-  // ranges could not be reclaimed (the transformer at 35% of its peak ran out of memory).
-  // Rung 1b already tried the same chunks unless the fence has freed more since.
-  if (!block && stitchable && (!options_.stitch_first || fenced) && (block = stitch_cached()))
+  // Rung 3b, under a registry: stitch from what is cached, before releasing it. The
+  // release rung waits for the whole device and unmaps free segments, which eviction
+  // rounds then make the engine map again (on CUDA, a cuMemCreate per chunk): on an
+  // H100, ResNet-50 under recompute at half its peak went from 339 to 238 ms a step
+  // with this rung. It needs stitched blocks to be eviction candidates (evictor.cpp).
+  // Without a registry the release rung is the better first answer: stitching there
+  // keeps pieces of many segments busy, so none is wholly free to give the small pool
+  // (replaying the transformer's trace at 1.02x its peak, 4 requests failed that release
+  // first serves). Rung 1b already tried the same chunks unless the fence freed more.
+  if (!block && stitchable && evict_callback_ && (!options_.stitch_first || fenced) &&
+      (block = stitch_cached()))
     return block;
   if (!block) {
     ++pool_.stats().num_alloc_retries;
-    // Release only what the new segment needs beyond the budget's headroom (all of the
-    // cache if the budget had room: then the device itself is out of memory).
-    const std::size_t want = round_up(rounded, backend_->granularity());
-    const std::size_t headroom = headroom_locked();
-    const std::size_t deficit = want > headroom ? want - headroom : 0;
-    if (release_cached_locked(deficit)) block = grow_locked(rounded, kind);
+    if (release_cached_locked()) block = grow_locked(rounded, kind);
   }
   if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
@@ -287,7 +285,7 @@ bool Engine::fence_streams_locked(StreamId stream) {
   return progress;
 }
 
-bool Engine::release_cached_locked(std::size_t needed) {
+bool Engine::release_cached_locked() {
   pool_.flush_fast();  // tagged_streams() below reads the free sets only
   if (!pool_.has_free_segment()) return false;
   BlockedTimer timer(blocked_ns_);
@@ -299,7 +297,7 @@ bool Engine::release_cached_locked(std::size_t needed) {
   ++pool_.stats().num_sync_all_streams;
   unmap_retired_locked(/*wait=*/true);   // their events are complete now: no wait
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
-  std::vector<Segment*> segments = pool_.take_releasable_segments(needed);
+  std::vector<Segment*> segments = pool_.take_releasable_segments();
   for (Segment* seg : segments) {
     trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
     backend_->unmap(seg->addr, seg->size);
