@@ -344,6 +344,18 @@ int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t han
   return err.empty() ? 0 : fail(err);
 }
 
+int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine, pyalloc_movable_fn movable,
+                                         pyalloc_relocate_fn relocate, void* context) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!movable != !relocate) return fail("set_compact_callbacks: give both callbacks, or neither");
+  engine->set_compact_callbacks(movable, relocate, context);
+  return 0;
+}
+
+void pyalloc_set_thread_placement(void* ptr) {
+  Engine::set_thread_placement(reinterpret_cast<std::uintptr_t>(ptr));
+}
+
 int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr) {
   PYALLOC_CHECK_ENGINE(engine);
   std::string err = engine->touch(ptr);

@@ -85,6 +85,20 @@ PYALLOC_API int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyallo
 PYALLOC_API int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
                                              double cost);
 PYALLOC_API int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr);
+/* Compaction (allocator/src/compactor.h; Note [Relocation] in engine.h). When nothing is
+ * left to evict, `movable` writes the addresses of the blocks the registry can move now
+ * into out[0..capacity) and returns their count; `relocate` moves the storage at from[i]
+ * into the block reserved at to[i] — allocating it with pyalloc_set_thread_placement(to[i])
+ * set — and returns how many it moved. Both run outside the engine lock. */
+typedef size_t (*pyalloc_movable_fn)(void* context, uintptr_t* out, size_t capacity);
+typedef size_t (*pyalloc_relocate_fn)(void* context, const uintptr_t* from, const uintptr_t* to,
+                                      size_t count);
+PYALLOC_API int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine,
+                                                     pyalloc_movable_fn movable,
+                                                     pyalloc_relocate_fn relocate, void* context);
+/* The calling thread's next allocation is the compaction destination reserved at ptr
+ * (NULL: none). */
+PYALLOC_API void pyalloc_set_thread_placement(void* ptr);
 /* Tracing (docs/formats.md): record the most recent `capacity` events (0: stop), take
  * them as {"dropped_events":N,"events":[...]}, and tag the calling thread's events. */
 PYALLOC_API int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity);

@@ -6,6 +6,9 @@
 //    OOM reaches Python as torch.OutOfMemoryError (catchable as such) rather than the
 //    plain RuntimeError that libpyalloc's own pyalloc_malloc must raise without torch.
 //
+// 3. Compaction's last step: swapping the memory behind two storages of the same size
+//    (pyalloc_shim_swap_storage_data), which Python cannot do.
+//
 // Built against the installed torch on first use (pyalloc/_torch_shim.py) and cached, so
 // libpyalloc itself never depends on torch. It talks to libpyalloc only through function
 // pointers handed over by pyalloc_shim_bind(), which keeps the two libraries' symbols
@@ -15,6 +18,7 @@
 // outlive every such tensor. Neither is ever unloaded or destroyed.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -133,4 +137,22 @@ PYALLOC_SHIM_API int pyalloc_cpu_shim_uninstall() {
 
 PYALLOC_SHIM_API int pyalloc_cpu_shim_active() {
   return c10::GetCPUAllocator() == &g_shim ? 1 : 0;
+}
+
+// --- compaction: repointing a storage -------------------------------------------------
+// `a` and `b` are StorageImpl pointers (UntypedStorage._cdata). Their DataPtrs — memory,
+// deleter and context — trade places, so every tensor and view of `a` sees b's memory and
+// vice versa; nothing else about either storage changes (no version bump, no copy). The
+// registry copies a's bytes into b first, then drops b, which frees a's old memory through
+// its own deleter. 1: the storages differ in size or device, or either is not resizable
+// (its memory is not the allocator's to move).
+PYALLOC_SHIM_API int pyalloc_shim_swap_storage_data(void* a, void* b) {
+  auto* sa = static_cast<c10::StorageImpl*>(a);
+  auto* sb = static_cast<c10::StorageImpl*>(b);
+  if (!sa || !sb || sa == sb) return 1;
+  if (sa->nbytes() != sb->nbytes() || sa->device() != sb->device()) return 1;
+  if (!sa->resizable() || !sb->resizable()) return 1;
+  c10::DataPtr from_a = sa->set_data_ptr(std::move(sb->mutable_data_ptr()));
+  sb->set_data_ptr_noswap(std::move(from_a));
+  return 0;
 }

@@ -60,6 +60,9 @@ _SIGNATURES = {
     "pyalloc_engine_set_evict_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
     "pyalloc_engine_set_evictable": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_uint64, _c.c_double]),
     "pyalloc_engine_touch": (_c.c_int, [_engine_p, _c.c_void_p]),
+    "pyalloc_engine_set_compact_callbacks": (
+        _c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    "pyalloc_set_thread_placement": (None, [_c.c_void_p]),
     "pyalloc_engine_trace_start": (_c.c_int, [_engine_p, _c.c_uint64]),
     "pyalloc_engine_trace_drain": (_c.c_void_p, [_engine_p]),
     "pyalloc_set_trace_context": (None, [_c.c_uint32]),
@@ -106,6 +109,13 @@ _SIGNATURES = {
 # size_t callback(void* context, const uint64_t* handles, size_t count)
 EVICT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
                                   ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+# size_t movable(void* context, uintptr_t* out, size_t capacity)
+MOVABLE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
+                                    ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t)
+# size_t relocate(void* context, const uintptr_t* from, const uintptr_t* to, size_t count)
+RELOCATE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_size_t),
+                                     ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t)
 
 _lib: Optional[ctypes.CDLL] = None
 

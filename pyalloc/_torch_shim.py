@@ -70,6 +70,8 @@ def load() -> ctypes.CDLL:
     shim.pyalloc_cpu_shim_install.argtypes = [ctypes.c_void_p]
     shim.pyalloc_cpu_shim_uninstall.restype = ctypes.c_int
     shim.pyalloc_cpu_shim_active.restype = ctypes.c_int
+    shim.pyalloc_shim_swap_storage_data.restype = ctypes.c_int
+    shim.pyalloc_shim_swap_storage_data.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     rc = shim.pyalloc_shim_bind(
         _lib.address_of("pyalloc_engine_alloc"),
         _lib.address_of("pyalloc_engine_free"),

@@ -6,9 +6,11 @@ options, for example the simulated device with a small budget inside a test.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
-from typing import Any, Callable, Dict, List, Optional
+import logging
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _lib
 from .errors import HostPoolFullError, OutOfMemoryError, PyallocError, SwapCopyError
@@ -234,6 +236,52 @@ class Engine:
         self._evict_fn = _lib.EVICT_CALLBACK(trampoline)  # kept alive with the engine
         fn = ctypes.cast(self._evict_fn, ctypes.c_void_p)
         _check(_lib.lib().pyalloc_engine_set_evict_callback(self.handle, fn, None))
+
+    def set_compact_callbacks(
+            self, movable: Optional[Callable[[], List[int]]],
+            relocate: Optional[Callable[[List[Tuple[int, int]]], int]]) -> None:
+        """Compaction (docs/design.md, "Compaction"): ``movable() -> addresses`` lists the
+        blocks whose storages can be moved now; ``relocate([(from, to), ...]) -> moved``
+        moves each into the block reserved at ``to`` (allocating it under
+        :meth:`placement`). Both run outside the engine's lock. ``None``: compaction off."""
+        if movable is None or relocate is None:
+            self._compact_fns = None
+            _check(_lib.lib().pyalloc_engine_set_compact_callbacks(self.handle, None, None, None))
+            return
+        log = logging.getLogger("pyalloc")
+
+        def movable_trampoline(_context, out, capacity):
+            try:
+                addresses = movable()
+                for i, address in enumerate(addresses[:capacity]):
+                    out[i] = address
+                return len(addresses)
+            except BaseException:  # an exception cannot cross back into C++
+                log.exception("pyalloc: the compaction callback (movable) failed")
+                return 0
+
+        def relocate_trampoline(_context, sources, destinations, count):
+            try:
+                return int(relocate([(sources[i], destinations[i]) for i in range(count)]))
+            except BaseException:
+                log.exception("pyalloc: the compaction callback (relocate) failed")
+                return 0
+
+        self._compact_fns = (_lib.MOVABLE_CALLBACK(movable_trampoline),
+                             _lib.RELOCATE_CALLBACK(relocate_trampoline))  # kept alive here
+        _check(_lib.lib().pyalloc_engine_set_compact_callbacks(
+            self.handle, *(ctypes.cast(fn, ctypes.c_void_p) for fn in self._compact_fns), None))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def placement(address: int) -> Iterator[None]:
+        """The calling thread's next allocation inside the block is the compaction
+        destination reserved at ``address``."""
+        _lib.lib().pyalloc_set_thread_placement(_pointer(address))
+        try:
+            yield
+        finally:
+            _lib.lib().pyalloc_set_thread_placement(None)
 
     def set_evictable(self, ptr: int, handle: int, cost: float = 1.0) -> None:
         """Mark the block at ``ptr`` evictable as ``handle`` (0: not evictable) with the

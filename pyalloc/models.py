@@ -7,7 +7,10 @@ attention built from views, transposes and a masked softmax, LayerNorm, GELU and
 The UNet is the other shape: a wide-then-narrow encoder and decoder whose skip
 connections keep the encoder's activations alive until the decoder concatenates them
 (``torch.cat``), with max pooling, transposed convolutions and a per-pixel loss.
-``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's shape) and ``unet_gpu`` are the
+``inplace_mlp`` is the case eviction cannot help: every third layer rescales its output in
+place ten times, a chain too long for the registry to replay, so those activations are
+frozen — under ``recompute`` without a host pool they stay on the device, and only
+compaction can move them. ``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's shape) and ``unet_gpu`` are the
 GPU-sized ones.
 
 A :class:`Task` knows how to build its model and a batch, so a benchmark can vary the
@@ -28,6 +31,30 @@ def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.
     blocks = [nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout))
               for _ in range(depth)]
     return nn.Sequential(*blocks, nn.Linear(width, classes))
+
+
+class RescaledLinear(nn.Module):
+    """Linear and GELU; with ``rescale``, the linear's output is scaled in place ten times
+    first (GELU keeps it for backward)."""
+
+    def __init__(self, a: int, b: int, rescale: bool) -> None:
+        super().__init__()
+        self.lin = nn.Linear(a, b)
+        self.rescale = rescale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if self.rescale:
+            for _ in range(10):
+                y.mul_(0.999)
+        return F.gelu(y)
+
+
+def inplace_mlp(widths=(256, 384) * 4 + (256,), classes: int = 10) -> nn.Module:
+    """Layers alternating between two widths (so the holes frozen activations leave are
+    the wrong size for their neighbours), every third one rescaled in place."""
+    layers = [RescaledLinear(widths[i], widths[i + 1], i % 3 == 0) for i in range(len(widths) - 1)]
+    return nn.Sequential(*layers, nn.Dropout(0.1), nn.Linear(widths[-1], classes))
 
 
 def blocks(model: nn.Module) -> list:
@@ -234,6 +261,7 @@ TASKS: Dict[str, Task] = {
     "cnn": Task("cnn", lambda: residual_cnn(16, 3), _images(32), 64),
     "transformer": Task("transformer", lambda: Transformer(256, 64, 128, 4, 3), _tokens(256, 64), 32),
     "unet": Task("unet", lambda: UNet(3, 4, 8, 3), _segmentation(64, 4), 16),
+    "inplace_mlp": Task("inplace_mlp", inplace_mlp, _vectors(256), 1536),
     # GPU sizes.
     "resnet50": Task("resnet50", _resnet50, _images(224, 1000), 64),
     "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 4),

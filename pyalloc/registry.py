@@ -304,6 +304,7 @@ class Registry(TorchDispatchMode):
         self.recomputes = 0
         self.recompute_ns = 0
         self.frozen = 0
+        self.relocations = 0        # storages moved device to device (compaction)
         self.swap_outs = 0          # copies to the host pool
         self.swap_out_bytes = 0
         self.swap_ins = 0           # copies back (on use or prefetched)
@@ -333,6 +334,7 @@ class Registry(TorchDispatchMode):
             "recomputes": self.recomputes,
             "recompute_ns": self.recompute_ns,
             "frozen": self.frozen,
+            "relocations": self.relocations,
             "nodes": len(self.nodes),
             "resident_nodes": resident,
             "evicted_bytes": sum(n.nbytes for n in self.nodes.values() if n.evicted),
@@ -461,6 +463,60 @@ class Registry(TorchDispatchMode):
             node.steps = None   # releases its inputs
             self.frozen += 1
             self._mark(node)    # it can still be swapped
+
+    # --- compaction (Note [Relocation] in allocator/src/engine.h) ----------------------------
+    @staticmethod
+    def _movable(node: _Node) -> bool:
+        """Whether ``node``'s bytes may be moved now: resident, no op or copy using them."""
+        return not (node.evicted or node.pins or node.fixed or node.arriving) and node.nbytes > 0
+
+    def movable(self) -> List[int]:
+        """The engine's compaction asks: the addresses of the storages that can move now."""
+        return [ptr for ptr in (n.storage.data_ptr() for n in list(self.nodes.values())
+                                if self._movable(n)) if ptr]
+
+    def relocate(self, moves: List[Tuple[int, int]]) -> int:
+        """Moves the storage at each ``from`` into the block the engine reserved at ``to``:
+        a new tensor allocated there, the bytes copied (on the current stream), the two
+        storages' memory swapped, the new tensor dropped (which frees the old block). The
+        storage object stays, so every tensor and view of it follows, with the same bytes.
+        Returns how many moved; the engine frees the destinations of the rest."""
+        from . import _torch_shim
+
+        shim = _torch_shim.load()
+        wanted = dict(moves)
+        at: Dict[int, _Node] = {}
+        for node in list(self.nodes.values()):
+            if self._movable(node):
+                ptr = node.storage.data_ptr()
+                if ptr in wanted:
+                    at[ptr] = node
+        moved = 0
+        with _disable_current_modes():   # the copy is the registry's own, not recorded
+            for source, destination in moves:
+                node = at.get(source)
+                if node is None or node.storage.data_ptr() != source:
+                    continue
+                try:
+                    with self.engine.placement(destination):
+                        fresh = torch.empty(node.nbytes, dtype=torch.uint8, device=node.device)
+                except (RuntimeError, torch.OutOfMemoryError):
+                    log.warning("pyalloc: compaction could not take its destination %#x", destination)
+                    continue
+                if fresh.data_ptr() != destination:   # not ours: leave the storage where it is
+                    del fresh
+                    continue
+                target = fresh.untyped_storage()
+                target.copy_(node.storage)
+                if shim.pyalloc_shim_swap_storage_data(node.storage._cdata, target._cdata) != 0:
+                    continue   # nothing changed; the destination goes back with `fresh`
+                del target, fresh   # frees the old block
+                moved += 1
+                if node.marked:     # its evictable mark was on the old block
+                    node.marked = False
+                    self._mark(node)
+        self.relocations += moved
+        return moved
 
     # --- swapping -------------------------------------------------------------------------
     def _stream(self) -> int:
@@ -1130,6 +1186,7 @@ def _start(engine: Engine, min_bytes: int, cost: str, policy: str = "recompute",
         engine.set_host_pool(host_pool_size(engine, host_pool))
         registry.calibrate_copies()
     engine.set_evict_callback(registry.evict)
+    engine.set_compact_callbacks(registry.movable, registry.relocate)
     registry.__enter__()
     registry._hooks = torch.autograd.graph.saved_tensors_hooks(registry.pack, registry.unpack)
     registry._hooks.__enter__()
@@ -1141,6 +1198,7 @@ def _stop(registry: Registry) -> None:
         registry.restore_all()
     finally:
         registry.engine.set_evict_callback(None)
+        registry.engine.set_compact_callbacks(None, None)
         registry._hooks.__exit__(None, None, None)
         registry.__exit__(None, None, None)
         for node in list(registry.nodes.values()):

@@ -13,9 +13,11 @@ engine, and the requirement VMM stitching must meet.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from conftest import run_in_subprocess
+from conftest import run_in_subprocess, train
 from pyalloc.patterns import PATTERNS, checkerboard
 from pyalloc.replay import replay
 
@@ -248,3 +250,205 @@ def test_stitch_first_serves_from_free_chunks_before_growing(make_engine, first)
     ptr = fresh.alloc(6 << 20)
     assert fresh.stats()["reserved_bytes.all.current"] == (6 << 20 if first else 20 << 20)
     fresh.free(ptr)
+
+
+# --- compaction (allocator/src/compactor.h; Note [Relocation] in engine.h) ---------------------
+def sliver_holes(engine) -> dict:
+    """Fills a 20 MiB budget with thirteen 1.5 MiB blocks (block i holds pattern i; the
+    last keeps the segment's 0.5 MiB tail) and frees the odd ones: 9 MiB free in 1.5 MiB
+    holes, not one whole 2 MiB chunk among them, so neither best fit nor stitching can
+    serve 4 MiB. Returns the survivors, address -> pattern."""
+    from memory_patterns import write_pattern
+
+    blocks = [engine.alloc(3 << 19) for _ in range(13)]
+    for i, ptr in enumerate(blocks):
+        write_pattern(ptr, 3 << 19, i)
+    for ptr in blocks[1::2]:
+        engine.free(ptr)
+    return {ptr: 2 * i for i, ptr in enumerate(blocks[0::2])}
+
+
+class Mover:
+    """The registry's side of compaction for raw blocks: moves with memmove."""
+
+    def __init__(self, engine, live: dict, take: bool = True) -> None:
+        self.engine, self.live, self.take, self.moves = engine, live, take, []
+
+    def movable(self):
+        return list(self.live)
+
+    def relocate(self, moves):
+        import ctypes
+
+        if not self.take:
+            return 0
+        for source, destination in moves:
+            with self.engine.placement(destination):
+                assert self.engine.alloc(3 << 19) == destination
+            ctypes.memmove(destination, source, 3 << 19)
+            self.engine.free(source)
+            self.live[destination] = self.live.pop(source)
+            self.moves.append((source, destination))
+        return len(moves)
+
+
+def test_compaction_moves_live_blocks_out_of_a_window_that_then_holds_the_request(make_engine):
+    from memory_patterns import assert_pattern
+    from pyalloc import OutOfMemoryError
+
+    engine = make_engine(budget="20MiB")
+    live = sliver_holes(engine)
+    with pytest.raises(OutOfMemoryError, match="fragmented"):
+        engine.alloc(4 << 20)                    # no callbacks: no compaction
+    assert engine.stats()["num_compactions"] == 0
+
+    mover = Mover(engine, live)
+    engine.set_compact_callbacks(mover.movable, mover.relocate)
+    big = engine.alloc(4 << 20)
+    stats = engine.stats()
+    # One survivor between two holes moves (the cheapest window: 4.5 MiB, 1.5 of it live)
+    # into a hole outside the window, and the window is the request's.
+    assert stats["num_compactions"] == 1 and stats["num_relocations"] == 1
+    assert stats["num_relocated_bytes"] == 3 << 19
+    (source, destination), = mover.moves
+    assert not big <= destination < big + (4 << 20)
+    assert big <= source < big + (4 << 20)
+    for ptr, pattern in mover.live.items():      # every survivor intact, wherever it is
+        assert_pattern(ptr, 3 << 19, pattern)
+    engine.check_invariants()
+    engine.free(big)
+    for ptr in mover.live:
+        engine.free(ptr)
+    engine.set_compact_callbacks(None, None)
+
+
+def test_compaction_frees_the_destinations_the_registry_does_not_take(make_engine):
+    from pyalloc import OutOfMemoryError
+
+    engine = make_engine(budget="20MiB")
+    live = sliver_holes(engine)
+    before = engine.stats()["allocated_bytes.all.current"]
+    mover = Mover(engine, live, take=False)      # it can move nothing after all
+    engine.set_compact_callbacks(mover.movable, mover.relocate)
+    with pytest.raises(OutOfMemoryError):
+        engine.alloc(4 << 20)
+    stats = engine.stats()
+    assert stats["num_compactions"] >= 1 and stats["num_relocations"] == 0
+    assert stats["allocated_bytes.all.current"] == before   # the reservations went back
+    engine.check_invariants()
+    engine.set_compact_callbacks(None, None)
+    for ptr in live:
+        engine.free(ptr)
+
+
+def test_a_placement_that_was_not_reserved_is_refused_with_the_reason(make_engine):
+    from pyalloc import Engine, OutOfMemoryError
+
+    engine = make_engine()
+    ptr = engine.alloc(1 << 20)
+    with pytest.raises(OutOfMemoryError, match="set_thread_placement"):
+        with Engine.placement(ptr + 4096):
+            engine.alloc(1 << 20)
+    engine.free(ptr)
+    assert engine.stats()["allocated_bytes.all.current"] == 0
+
+
+COMPACT = """
+import torch, pyalloc
+from torch.utils._python_dispatch import _disable_current_modes
+pyalloc.install(device="cpu", budget="2GiB", compact={compact})
+engine = pyalloc._engine(None)
+MiB = 1 << 20
+w = torch.randn(3 * MiB // 8, requires_grad=True)          # 1.5 MiB
+pad = torch.empty(37 * MiB // 2, dtype=torch.uint8)       # fills the rest of its segment
+with pyalloc.recompute(min_bytes=0) as reg:
+    parts = []
+    for i in range(13):
+        p = w * float(i)
+        for _ in range(9):    # a chain too long to replay: frozen, never evicted
+            p.add_(1)
+        parts.append(p)
+    keep = parts[0::2]
+    views = [p[10:20].view(2, 5).t() for p in keep]
+    with torch.no_grad():
+        want = [p.clone() for p in keep]
+        want_views = [v.clone() for v in views]
+    del parts, p
+    torch.zeros(1) + 1    # an op: the registry lets go of the dead storages
+    fillers = []          # not registry nodes, so they stay put; only 1.5 MiB holes remain
+    with _disable_current_modes():
+        for seg in engine.snapshot()["segments"]:
+            for b in seg["blocks"]:
+                if b["state"] == "inactive" and b["size"] >= 2 * MiB:
+                    fillers.append(torch.empty(b["size"], dtype=torch.uint8))
+    s = pyalloc.memory_stats()
+    engine.set_budget(int(s["reserved_bytes.all.current"]))
+    before = [p.data_ptr() for p in keep]
+    versions = [p._version for p in keep]
+    try:
+        big = torch.empty(4 * MiB, dtype=torch.uint8)
+        print("served")
+    except torch.OutOfMemoryError:
+        print("oom")
+    s = pyalloc.memory_stats()
+    print("relocations", s["num_relocations"], reg.stats()["relocations"])
+    print("moved", sum(a != p.data_ptr() for a, p in zip(before, keep)))
+    print("intact", all(torch.equal(p, x) for p, x in zip(keep, want))
+          and all(torch.equal(v, x) for v, x in zip(views, want_views))
+          and all(v.data_ptr() == p.data_ptr() + 40 for v, p in zip(views, keep))
+          and [p._version for p in keep] == versions)
+    engine.set_budget(2 << 30)
+    pyalloc.check_invariants()
+"""
+
+
+def test_compaction_moves_frozen_storages_with_their_contents_and_views():
+    # Under recompute with no host pool a frozen storage cannot leave the device; when it
+    # is all that stands between 1.5 MiB holes and a 4 MiB request, compaction moves it
+    # within the device: a new address, the same bytes, every view following, no version
+    # bump. With the option off the same request is an OOM.
+    moved = run_in_subprocess(COMPACT.format(compact=True))
+    assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
+    assert "intact True" in moved, moved
+    stays = run_in_subprocess(COMPACT.format(compact=False))
+    assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
+
+
+def test_training_with_compaction_is_bit_identical():
+    # pyalloc.models.inplace_mlp: every third layer's activation is frozen (rescaled in
+    # place past what the registry replays), so under recompute without a host pool it
+    # cannot be evicted; at half the peak, the holes between those storages are where the
+    # rest must fit, and compaction moves them to make the holes usable.
+    free = train("inplace_mlp", "2GiB", steps=6, batch=1536)
+    budget = int(0.5 * free["peak"])
+    tight = train("inplace_mlp", budget, steps=6, batch=1536, policy="recompute",
+                  report=REPORT_COMPACTIONS)
+    assert tight["record"] == free["record"]
+    compactions = int(re.search(r"^compactions (\d+)$", tight["output"], re.M).group(1))
+    assert compactions > 0, tight["output"]
+    assert tight["frozen"] > 0 and tight["evictions"] > 0
+    # The same budget without compaction runs out of memory: the moves were needed.
+    off = run_in_subprocess(f"""
+import torch, pyalloc
+pyalloc.install(device="cpu", budget={budget}, policy="recompute", compact=False)
+torch.manual_seed(0)
+from pyalloc.models import TASKS
+task = TASKS["inplace_mlp"]
+model = task.build()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = task.batch(1536, torch.Generator().manual_seed(1))
+try:
+    for step in range(6):
+        opt.zero_grad(set_to_none=True)
+        task.loss(model, x, y).backward()
+        opt.step()
+    print("trained")
+except torch.OutOfMemoryError as e:
+    print("oom", "fragmented" in str(e))
+""")
+    assert "oom True" in off, off
+
+
+REPORT_COMPACTIONS = """
+print("compactions", pyalloc.memory_stats()["num_compactions"])
+"""

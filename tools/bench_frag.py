@@ -26,8 +26,17 @@ Configurations: ``best-fit`` (option ``stitch:false``), ``+ stitching`` (the def
 free 2 MiB chunks of several segments mapped into one range when no block holds a request
 and the budget is spent) and ``+ stitching first`` (option ``stitch_first``: stitch before
 mapping more memory whenever free chunks cover the request, and grow by segments of the
-request's size). Fragment-aware eviction and compaction need a registry and a model, so they
-are measured by bench_remat.py and tests/test_frag.py, not here.
+request's size). Fragment-aware eviction needs a registry and a model, so it is measured by
+bench_remat.py.
+
+Compaction (rung 6: live storages moved device to device to open a hole) needs a registry
+too, so it is measured by training, not by replay: ``inplace_mlp`` (pyalloc.models; every
+third activation frozen, so eviction cannot free it) trains 3 steps under
+``policy="recompute"`` at budgets from 0.70 down to 0.30 of its unconstrained peak, with
+``compact`` on and off, each run in a process of its own. Reported per run: whether it
+trained, its final loss against the unconstrained run's (bit for bit), compaction rounds,
+storages moved and their MiB; and per configuration the smallest budget that trained.
+``--skip-compaction`` leaves it out.
 
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
 is replayed, each configuration in a process of its own, through:
@@ -90,6 +99,80 @@ with pyalloc.record_trace({path!r}):
 
 CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
            "+ stitching first": {"stitch_first": "true"}}
+
+
+COMPACT_TRIAL = """
+import json, torch, pyalloc
+pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
+from pyalloc.models import TASKS
+torch.manual_seed(0)
+dev = "cuda" if {device!r} == "cuda" else "cpu"
+task = TASKS[{task!r}]
+model = task.build().to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+x, y = x.to(dev), y.to(dev)
+loss, trained = None, True
+try:
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        loss = task.loss(model, x, y)
+        loss.backward()
+        opt.step()
+except torch.OutOfMemoryError:
+    trained = False
+s = pyalloc.memory_stats()
+print("RESULT " + json.dumps({{"trained": trained,
+    "loss": loss.item().hex() if trained else None, "peak": s["reserved_bytes.all.peak"],
+    "compactions": s["num_compactions"], "relocations": s["num_relocations"],
+    "relocated": s["num_relocated_bytes"], "evictions": s["num_evictions"]}}))
+"""
+
+
+def compact_trial(task: str, device: str, budget: Any, options: Dict[str, Any]) -> Dict[str, Any]:
+    code = COMPACT_TRIAL.format(task=task, device=device, budget=budget, options=options)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(Path(__file__).resolve().parent.parent))
+    found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if not found:
+        raise RuntimeError(f"compaction trial failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+    return json.loads(found[-1][len("RESULT "):])
+
+
+def compaction_runs(task: str, device: str) -> Dict[str, Any]:
+    """The unconstrained run, then recompute with compaction on and off at falling budgets."""
+    free = compact_trial(task, device, "90%" if device == "cuda" else "2GiB", {})
+    runs = []
+    for tenths in range(70, 25, -5):
+        fraction = tenths / 100
+        for compact in (True, False):
+            budget = int(fraction * free["peak"])
+            r = compact_trial(task, device, budget, {"policy": "recompute", "compact": compact})
+            runs.append({"fraction": fraction, "compact": compact, "budget": budget, **r,
+                         "identical": r["trained"] and r["loss"] == free["loss"]})
+    smallest = {}
+    for compact in (True, False):
+        ok = [r["fraction"] for r in runs if r["compact"] == compact and r["trained"]]
+        smallest["on" if compact else "off"] = min(ok) if ok else None
+    return {"task": task, "unconstrained": free, "runs": runs, "smallest": smallest}
+
+
+def compaction_table(result: Dict[str, Any]) -> str:
+    def frac(f: Optional[float]) -> str:
+        return "—" if f is None else f"{f:.2f}"
+    lines = [f"Compaction: `{result['task']}` under `policy=\"recompute\"`, 3 steps; unconstrained "
+             f"peak {result['unconstrained']['peak'] / 2**20:.1f} MiB. Smallest budget that "
+             f"trained: {frac(result['smallest']['on'])} of the peak with compaction, "
+             f"{frac(result['smallest']['off'])} without.", "",
+             "| budget (of peak) | compact | trained | loss = unconstrained | compactions | "
+             "storages moved | MiB moved | evictions |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lines.append(f"| {r['fraction']:.2f} | {'on' if r['compact'] else 'off'} | "
+                     f"{'yes' if r['trained'] else 'OOM'} | "
+                     f"{('yes' if r['identical'] else 'NO') if r['trained'] else '—'} | "
+                     f"{r['compactions']} | {r['relocations']} | "
+                     f"{r['relocated'] / 2**20:.1f} | {r['evictions']} |")
+    return "\n".join(lines)
 
 
 def row(workload: str, config: str, result: Any) -> Dict[str, Any]:
@@ -242,7 +325,13 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
     order = {job["workload"]: i for i, job in enumerate(jobs)}
     rows.sort(key=lambda r: order.get(r["workload"], 0))   # stable: configs stay in order
     device = f"{torch.cuda.get_device_name(0)} (PyTorch {torch.__version__})"
-    write_results(args.out, "bench_frag", device, started, argv, {"rows": rows}, gpu_table(rows))
+    payload: Dict[str, Any] = {"rows": rows}
+    text = gpu_table(rows)
+    if not args.skip_compaction:
+        print("compaction runs (inplace_mlp)", flush=True)
+        payload["compaction"] = compaction_runs("inplace_mlp", "cuda")
+        text += "\n\n" + compaction_table(payload["compaction"])
+    write_results(args.out, "bench_frag", device, started, argv, payload, text)
     return 0
 
 
@@ -276,6 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds per pattern")
     p.add_argument("--tasks", nargs="+", default=["mlp", "cnn", "transformer"])
     p.add_argument("--skip-models", action="store_true", help="patterns only")
+    p.add_argument("--skip-compaction", action="store_true",
+                   help="leave out the compaction runs (training inplace_mlp)")
     p.add_argument("--out", default=".", help="where bench_frag.json and .md go")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="cpu: the simulated device (default); cuda: a GPU, against PyTorch's "
@@ -310,8 +401,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                         rows.append(row(f"{task} trace",
                                         f"{config}, budget {slack:.2f}x peak allocated",
                                         replay(trace, {**overrides, "budget": tight})))
+    payload = {"rows": rows}
+    text = table(rows)
+    if not args.skip_compaction:
+        payload["compaction"] = compaction_runs("inplace_mlp", "cpu")
+        text += "\n\n" + compaction_table(payload["compaction"])
     write_results(args.out, "bench_frag", "Replayed on the simulated device", started, argv,
-                  {"rows": rows}, table(rows))
+                  payload, text)
     return 0
 
 

@@ -11,10 +11,12 @@ namespace pyalloc {
 namespace {
 thread_local bool t_may_evict = true;   // set_thread_may_evict
 thread_local bool t_persistent = false; // set_thread_persistent
+thread_local std::uintptr_t t_placement = 0;  // set_thread_placement
 }  // namespace
 
 void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
 void Engine::set_thread_persistent(bool persistent) { t_persistent = persistent; }
+void Engine::set_thread_placement(std::uintptr_t addr) { t_placement = addr; }
 
 std::size_t Engine::unallocated_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -61,6 +63,25 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   std::unique_lock<std::mutex> lock(mutex_);
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
+  if (t_placement) {
+    // A compaction round's destination (Note [Relocation] in engine.h): already taken
+    // from the pool, held for this thread.
+    const std::uintptr_t addr = t_placement;
+    t_placement = 0;
+    auto it = placements_.find(addr);
+    if (it == placements_.end() || it->second->requested != size || it->second->stream != stream) {
+      *error = "pyalloc: no compaction destination of " + std::to_string(size) +
+               " bytes on this stream is reserved at " + format_address(addr) +
+               " (set_thread_placement must name a block of the relocate callback, once, "
+               "for an allocation of the moved storage's size)";
+      return nullptr;
+    }
+    Block* block = it->second;
+    placements_.erase(it);
+    trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
+    after_op_locked();
+    return reinterpret_cast<void*>(block->addr);
+  }
   if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
   // Each round takes its victims out of the evictable set, so rounds end when nothing is
@@ -68,6 +89,10 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   constexpr int kMaxEvictRounds = 1 << 16;
   constexpr int kMaxWaitUs = 200'000;
   int waited_us = 0;
+  // Each compaction round moves at least one storage or ends the rung; the cap bounds a
+  // request whose every round opens a hole that another thread takes first.
+  constexpr int kMaxCompactions = 4;
+  int compactions = 0;
   for (int round = 0;; ++round) {
     bool taken = false;
     if (Block* block = climb_locked(rounded, size, stream, kind, &taken)) {
@@ -101,6 +126,12 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     }
     if (round == kMaxEvictRounds) break;
     std::vector<std::uint64_t> victims = plan_eviction_locked(rounded, stream, kind);
+    // Rung 6, compact: nothing left to evict, but live storages may be moved out of the
+    // way. Once per round at most; each round that moves something climbs again.
+    if (victims.empty() && compactions < kMaxCompactions && evicting_ == 0) {
+      ++compactions;
+      if (compact_locked(lock, rounded, stream, kind)) continue;
+    }
     if (victims.empty()) {
       // Other threads' victims are on their way out: wait a little for their frees rather
       // than fail. Bounded, because the waiting thread may hold the GIL those evictions
@@ -139,6 +170,14 @@ void Engine::set_evict_callback(EvictCallback callback, void* context) {
   std::lock_guard<std::mutex> lock(mutex_);
   evict_callback_ = callback;
   evict_context_ = context;
+}
+
+void Engine::set_compact_callbacks(MovableCallback movable, RelocateCallback relocate,
+                                   void* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  movable_callback_ = movable;
+  relocate_callback_ = relocate;
+  compact_context_ = context;
 }
 
 std::string Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {

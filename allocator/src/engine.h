@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "compactor.h"
 #include "evictor.h"
 #include "options.h"
 #include "pool.h"
@@ -92,6 +93,32 @@ class Engine {
   std::string set_evictable(void* ptr, std::uint64_t handle, double cost);
   std::string touch(void* ptr);
 
+  // --- compaction (compactor.h) ---
+  // Note [Relocation]
+  // ~~~~~~~~~~~~~~~~~
+  // Moving a storage takes both sides: the engine knows where blocks are, the registry
+  // knows which tensors own them. When eviction has nothing left (reclaim.cpp, rung 6):
+  //   1. `movable` (called outside the lock) writes the addresses of the blocks the
+  //      registry could move now — resident storages no op is using — into out[0..capacity)
+  //      and returns how many there are (called again with room for all if more).
+  //   2. The engine plans (plan_compaction) and *reserves* a destination block for each
+  //      mover: allocated, outside the window, held for the registry.
+  //   3. `relocate` (outside the lock) gets the (from, to) pairs. For each storage it still
+  //      can move, it sets the thread's placement to `to` and allocates a tensor of the
+  //      storage's size — the engine hands out the reserved block (set_thread_placement)
+  //      — copies the bytes on the current stream, swaps the two storages' data pointers
+  //      and drops the new tensor, which frees the old block. Every view keeps its
+  //      storage, and the contents are bit-for-bit the same. It returns how many it moved.
+  //   4. Reserved blocks nobody took are freed, and the ladder is climbed again.
+  using MovableCallback = std::size_t (*)(void* context, std::uintptr_t* out,
+                                          std::size_t capacity);
+  using RelocateCallback = std::size_t (*)(void* context, const std::uintptr_t* from,
+                                           const std::uintptr_t* to, std::size_t count);
+  void set_compact_callbacks(MovableCallback movable, RelocateCallback relocate, void* context);
+  // The calling thread's next allocation is the block reserved at `addr` by a compaction
+  // round (0: none). It must ask for exactly the moved storage's size.
+  static void set_thread_placement(std::uintptr_t addr);
+
   // --- swap (swap.h; swap.cpp) ---
   // Outcomes of the swap calls besides "" / kSwapOk; the C API returns them as codes.
   enum SwapStatus { kSwapOk = 0, kSwapBadArgument = 1, kSwapHostFull = 3, kSwapCopyFailed = 4 };
@@ -148,6 +175,10 @@ class Engine {
   void free_stitched_locked(Block* block);
   bool fence_streams_locked(StreamId stream);
   bool release_cached_locked();
+  // Rung 6 (Note [Relocation]): true if some storage moved, so climbing again may succeed.
+  // Drops and retakes `lock` around the callbacks.
+  bool compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded, StreamId stream,
+                      PoolKind kind);
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
   // Counts, traces and reports an OOM; returns nullptr for malloc to return.
   void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
@@ -203,6 +234,11 @@ class Engine {
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
   int evicting_ = 0;  // guarded by mutex_; threads inside an eviction callback now
+  MovableCallback movable_callback_ = nullptr;    // guarded by mutex_
+  RelocateCallback relocate_callback_ = nullptr;  // guarded by mutex_
+  void* compact_context_ = nullptr;               // guarded by mutex_
+  // Destinations reserved by compaction rounds, by address, until their thread takes them.
+  std::unordered_map<std::uintptr_t, Block*> placements_;  // guarded by mutex_
 
   HostPool host_pool_;                                  // guarded by mutex_
   std::unordered_map<std::uint64_t, SwapSlot> slots_;   // guarded by mutex_

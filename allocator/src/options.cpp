@@ -166,6 +166,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "stitch_first") {
     matched = true, kind = OptionKind::kBool;
     ok = parse_bool(value, &o->stitch_first);
+  } else if (key == "compact") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->compact);
   } else if (key == "evict_strategy") {
     matched = true, kind = OptionKind::kChoice;
     std::string v = lower(trim(value));
@@ -297,16 +300,18 @@ std::string Options::parse(const std::string& text, Options* out) {
 
 std::string Options::to_string() const {
   // snprintf rather than iostreams: the library stays free of locale and stream state.
-  char buf[256];
+  char buf[512];
   if (budget_bytes) std::snprintf(buf, sizeof buf, "budget:%zu", budget_bytes);
   // As a percentage: a bare "1" would read back as one byte, not the whole device.
   else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
                 ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,stitch:%s,"
-                "stitch_first:%s,evict_strategy:%s,evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
+                "stitch_first:%s,compact:%s,evict_strategy:%s,evict_threshold:%.17g,"
+                "trace_capacity:%zu,check_invariants:%s",
                 sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
                 stitch ? "true" : "false", stitch_first ? "true" : "false",
+                compact ? "true" : "false",
                 strategy_name(evict_strategy), evict_threshold,
                 trace_capacity,
                 check_invariants ? "true" : "false");

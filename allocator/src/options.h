@@ -42,6 +42,10 @@ namespace pyalloc {
     "With stitch: when no free block holds a request but free 2 MiB chunks of the cached "  \
     "segments do, stitch them rather than map a new segment, and grow by segments no "      \
     "larger than the request, so reserved memory grows only when free memory falls short.") \
+  X(compact, kBool, "true",                                                                  \
+    "Under a registry, when nothing is left to evict: move live storages it can move (device" \
+    " to device, contents and views kept) out of a run of blocks that then holds the "        \
+    "request, before reporting an OOM (compaction).")                                         \
   X(evict_strategy, kChoice, "window",                                                       \
     "How victims are chosen when memory must be reclaimed from evictable tensors: dtr "     \
     "(cheapest cost/(bytes x staleness), DTR), dte (the same counting free neighbours, "     \
@@ -94,6 +98,7 @@ struct Options {
   std::size_t max_split_size = 0;
   bool stitch = true;
   bool stitch_first = false;
+  bool compact = true;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;
   double evict_threshold = 0;

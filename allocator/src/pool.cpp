@@ -156,6 +156,23 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) c
   return best;
 }
 
+Block* Pool::find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
+                               std::uintptr_t lo, std::uintptr_t hi) const {
+  const FreeSet& set = free_[static_cast<int>(kind)];
+  Block* best = nullptr;
+  for (StreamId tag : {stream, kAnyStream}) {
+    for (auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
+         it != set.end() && it->stream == tag; ++it) {
+      if (best && it->size >= best->size) break;
+      if (it->addr + it->size <= lo || it->addr >= hi) {
+        best = it->block;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
 bool Pool::should_split(const Block* b, std::size_t rounded) const {
   std::size_t remaining = b->size - rounded;
   // Persistent segments hold tensors that live for the whole run: pack them tightly.

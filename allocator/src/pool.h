@@ -64,6 +64,11 @@ class Pool {
   }
   // The same search in a given pool (the borrow rung: a small request in the large pool).
   Block* find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) const;
+  // The same search, skipping free blocks that overlap [lo, hi) (compaction's window:
+  // what is moved out of it must not land in it). max_split_size is not honoured: a moved
+  // block fits where it can.
+  Block* find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
+                           std::uintptr_t lo, std::uintptr_t hi) const;
   // Hands out `block` (which find_free returned) for a request, splitting off the rest
   // when it is worth keeping.
   Block* take(Block* block, std::size_t rounded, std::size_t requested, StreamId stream);

@@ -19,7 +19,11 @@
 //   5. evict      choose evictable blocks (evictor.h, option evict_strategy), have the
 //                 registry evict them outside the lock, and climb again from rung 1
 //                 (num_evict_rounds, num_evictions, num_evicted_bytes).
-//   6. oom        report what is allocated, cached, fragmented and evictable, and what
+//   6. compact    nothing is left to evict: move live storages the registry can move out
+//                 of a window that then holds the request, into free blocks elsewhere,
+//                 and climb again (num_compactions, num_relocations; compactor.h and
+//                 Note [Relocation] in engine.h; option compact).
+//   7. oom        report what is allocated, cached, fragmented and evictable, and what
 //                 would help (num_ooms).
 //
 // Note [Calling out]
@@ -307,6 +311,68 @@ bool Engine::release_cached_locked() {
     pool_.destroy_segment(seg);
   }
   return true;
+}
+
+bool Engine::compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded,
+                            StreamId stream, PoolKind kind) {
+  if (!options_.compact || !movable_callback_ || !relocate_callback_) return false;
+  MovableCallback movable_fn = movable_callback_;
+  RelocateCallback relocate_fn = relocate_callback_;
+  void* context = compact_context_;
+  // 1. What the registry could move. See Note [Calling out]: the lock is dropped, and
+  // nothing learnt before is trusted after.
+  std::vector<std::uintptr_t> addrs(256);
+  lock.unlock();
+  std::size_t n = movable_fn(context, addrs.data(), addrs.size());
+  if (n > addrs.size()) {
+    addrs.resize(n);
+    n = std::min(n, movable_fn(context, addrs.data(), addrs.size()));
+  }
+  lock.lock();
+  if (n == 0) return false;
+  const std::unordered_set<std::uintptr_t> movable(addrs.begin(), addrs.begin() + n);
+
+  // 2. Plan, and reserve a destination for each mover, as planned.
+  if (!pending_.empty()) process_events_locked(/*wait=*/false);
+  pool_.flush_fast();
+  CompactPlan plan = plan_compaction(pool_, rounded, kind, stream, movable);
+  if (plan.movers.empty()) return false;
+  std::vector<std::uintptr_t> from, to;
+  std::vector<std::size_t> sizes;
+  for (Block* m : plan.movers) {
+    Block* hole = pool_.find_free_outside(kind, m->size, stream, plan.lo, plan.hi);
+    if (!hole) break;  // the plan's simulation and the pool disagree: move what fits
+    Block* dest = pool_.take(hole, m->size, m->requested, stream);
+    placements_.emplace(dest->addr, dest);
+    from.push_back(m->addr);
+    to.push_back(dest->addr);
+    sizes.push_back(dest->size);
+  }
+  if (from.empty()) return false;
+  Stats& s = pool_.stats();
+  ++s.num_compactions;
+
+  // 3. The registry moves what it still can.
+  lock.unlock();
+  const std::size_t moved = relocate_fn(context, from.data(), to.data(), from.size());
+  lock.lock();
+
+  // 4. Destinations nobody took go back (untraced: their allocation was never traced).
+  std::size_t moved_bytes = 0;
+  for (std::size_t i = 0; i < to.size(); ++i) {
+    auto it = placements_.find(to[i]);
+    if (it == placements_.end()) {
+      moved_bytes += sizes[i];
+      continue;
+    }
+    Block* dest = it->second;
+    placements_.erase(it);
+    if (backend_->stream_is_synchronous(dest->stream)) dest->stream = kAnyStream;
+    pool_.release(dest);
+  }
+  s.num_relocations += static_cast<std::int64_t>(moved);
+  s.num_relocated_bytes += static_cast<std::int64_t>(moved_bytes);
+  return moved > 0;
 }
 
 std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream) {

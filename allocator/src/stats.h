@@ -38,6 +38,9 @@ namespace pyalloc {
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \
   X(num_stitches, "requests served by stitching free chunks into a new range")         \
   X(num_stitched_bytes, "bytes of those ranges")                                      \
+  X(num_compactions, "compaction rounds: live storages moved to open a hole (rung 6)")  \
+  X(num_relocations, "storages those rounds moved, device to device")                   \
+  X(num_relocated_bytes, "bytes of the blocks they moved into")                          \
   X(num_evictions, "blocks the engine asked the registry to evict")                    \
   X(num_evicted_bytes, "bytes of those blocks")                                        \
   X(num_evict_rounds, "times the evict rung ran (one victim set, one callback)")       \
