@@ -264,3 +264,33 @@ def test_a_stitched_block_is_an_eviction_candidate(strategy):
     for p in pinned:
         e.free(p)
     e.close()
+
+
+def test_window_frees_chunks_for_stitching_when_neither_a_window_nor_a_segment_can():
+    # Two 20 MiB segments, each starting with a pinned 2 MiB block (so neither can be
+    # emptied) and then 18 MiB of evictable blocks on 2 MiB boundaries. A 24 MiB request
+    # fits no segment and no whole segment can be freed: the window strategy must free
+    # whole chunks in both, cheapest first, for the stitch rung. (Seen on the transformer
+    # at a quarter of its peak, where this fallback took window's smallest budget from
+    # 0.33 to 0.25 of the peak.)
+    e = Engine("host", budget="40MiB", evict_strategy="window")
+    reg = FakeRegistry(e)
+    pinned, handle = [], 1
+    for seg in range(2):
+        pinned.append(e.alloc(2 * MiB))
+        for size in (4, 4, 4, 4, 2):
+            reg.add(size * MiB, cost=float(handle), handle=handle)
+            handle += 1
+    assert e.stats()["num_device_alloc"] == 2
+    big = e.alloc(24 * MiB)
+    stats = e.stats()
+    evicted = sorted(h for call in reg.calls for h in call)
+    assert stats["num_stitches"] == 1 and stats["reserved_bytes.all.peak"] <= 40 * MiB
+    # 12 chunks needed, cheapest first by cost / staleness: handle h costs h and was
+    # marked h-th, so the order is 1, 2, ..., and the first seven blocks give 13 chunks.
+    assert evicted == [1, 2, 3, 4, 5, 6, 7]
+    e.free(big)
+    for p in pinned + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 namespace pyalloc {
 namespace {
@@ -165,18 +166,84 @@ EvictPlan plan_segments(const Pool& pool, std::size_t needed, std::size_t headro
   return plan;
 }
 
+// Chunks for stitching: when no window and no set of whole segments serves the request,
+// the 2 MiB chunks that evicting would leave wholly free, cheapest first, until they and
+// the budget's headroom cover it — stitching (rung 4c) then maps them into one range.
+// Seen on the transformer at a quarter of its peak: 13 MiB evictable, but every segment
+// also held something that could not go, so the window strategies found no plan and a
+// 3 MiB request failed that dtr's scattered choice, stitched afterwards, served.
+EvictPlan plan_chunks(const Pool& pool, std::size_t needed, std::size_t headroom,
+                      StreamId stream, std::uint64_t clock, std::size_t chunk) {
+  struct Candidate {
+    double cost;
+    std::uintptr_t start;     // the chunk, or the stitched range
+    std::size_t bytes;        // what it gives the stitch rung
+    const Segment* seg;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& kv : pool.segments()) {
+    const Segment* seg = kv.second;
+    if (seg->pool == PoolKind::kPersistent) continue;
+    const Block* b = seg->first;
+    const std::uintptr_t end = seg->addr + seg->size;
+    for (std::uintptr_t c = round_up(seg->addr, chunk); c + chunk <= end; c += chunk) {
+      while (b && b->addr + b->size <= c) b = b->next;
+      double cost = 0;
+      bool clearable = true;
+      for (const Block* o = b; o && o->addr < c + chunk; o = o->next) {
+        if (!usable(o, stream)) {
+          clearable = false;
+          break;
+        }
+        cost += window_cost(o, clock);
+      }
+      if (clearable) candidates.push_back({cost, c, chunk, seg});
+    }
+  }
+  // A stitched range gives back its pieces, whole chunks, when its block goes.
+  for (const auto& kv : pool.stitched()) {
+    const Block* b = kv.second->first;
+    if (evictable(b) && b->stream == stream) {
+      candidates.push_back({window_cost(b, clock), b->addr, b->size, kv.second});
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.cost != b.cost ? a.cost < b.cost : a.start < b.start;
+  });
+  EvictPlan plan;
+  std::size_t room = headroom / chunk * chunk;
+  std::set<const Block*> taken;
+  for (const Candidate& c : candidates) {
+    if (room >= needed) break;
+    for (Block* o = c.seg->first; o && o->addr < c.start + c.bytes; o = o->next) {
+      if (o->addr + o->size <= c.start || o->state == BlockState::kFree) continue;
+      if (!taken.insert(o).second) continue;
+      plan.victims.push_back(o);
+      plan.bytes += o->size;
+      plan.cost += o->evict_cost;
+    }
+    room += c.bytes;
+  }
+  if (room < needed || plan.victims.empty()) return EvictPlan{};
+  return plan;
+}
+
 }  // namespace
 
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
                         PoolKind kind, StreamId stream, std::uint64_t clock,
-                        std::size_t headroom, std::size_t granularity) {
+                        std::size_t headroom, std::size_t granularity, bool stitch) {
   switch (strategy) {
     case EvictStrategy::kDtr: return plan_by_score(pool, rounded, clock, false);
     case EvictStrategy::kDte: return plan_by_score(pool, rounded, clock, true);
     case EvictStrategy::kWindow: {
       EvictPlan plan = plan_window(pool, rounded, kind, stream, clock);
       if (!plan.victims.empty()) return plan;
-      return plan_segments(pool, round_up(rounded, granularity), headroom, clock);
+      plan = plan_segments(pool, round_up(rounded, granularity), headroom, clock);
+      if (!plan.victims.empty() || !stitch || rounded <= kSmallSize || granularity != kStitchChunk)
+        return plan;
+      return plan_chunks(pool, round_up(rounded, granularity), headroom, stream, clock,
+                         granularity);
     }
   }
   return {};

@@ -13,7 +13,9 @@
 //           *contiguous* evictable and free blocks inside one segment that holds the
 //           request, so one round frees space that is actually usable. When no segment can hold the request, whole
 //           segments of free and evictable blocks are freed, cheapest first, so the
-//           release rung can return them and a new segment can be made. A stitched
+//           release rung can return them and a new segment can be made; failing that
+//           too (with stitching on, for a large request), the 2 MiB chunks that eviction
+//           would leave wholly free, cheapest first, for the stitch rung. A stitched
 //           range's block is a candidate in every strategy (a window of its own).
 //
 // Staleness is measured on a logical clock (one tick per access the registry reports),
@@ -39,10 +41,11 @@ struct EvictPlan {
 
 // What to evict so that a request of `rounded` bytes on `stream` can be served, given
 // `headroom` bytes still under the budget. Empty when nothing evictable would help.
-// `kind`: the pool the request is served from.
+// `kind`: the pool the request is served from. `stitch`: the engine stitches free chunks
+// (option stitch), so chunks freed anywhere serve a large request.
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
                         PoolKind kind, StreamId stream, std::uint64_t clock,
-                        std::size_t headroom, std::size_t granularity);
+                        std::size_t headroom, std::size_t granularity, bool stitch);
 
 // Victims totalling at least `bytes`, cheapest by DTR's heuristic (proactive eviction).
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock);

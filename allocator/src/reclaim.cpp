@@ -115,7 +115,8 @@ std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, Str
                                                         PoolKind kind) {
   if (!evict_callback_) return {};
   EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
-                                 headroom_locked(), backend_->granularity());
+                                 headroom_locked(), backend_->granularity(),
+                                 options_.stitch && kind != PoolKind::kPersistent);
   if (plan.victims.empty()) return {};
   return take_victims_locked(plan, /*proactive=*/false);
 }
