@@ -446,15 +446,22 @@ class Registry(TorchDispatchMode):
             if ptr:
                 self.engine.set_evictable(ptr, 0, 0.0)
 
+    # Pinning leaves the engine's mark in place: an op's inputs are pinned and unpinned on
+    # every op, and telling the engine each time was a ctypes call per input per op. A
+    # pinned node the engine chooses anyway is refused (_evict) and leaves its set; unpinning
+    # marks it again. Unpinning a node still marked is a use: touch, for staleness.
     def _pin(self, node: _Node) -> None:
         node.pins += 1
-        if node.pins == 1:
-            self._unmark(node)
 
     def _unpin(self, node: _Node) -> None:
         node.pins -= 1
         if node.pins == 0:
-            self._mark(node)
+            if node.marked:
+                ptr = node.storage.data_ptr()
+                if ptr:
+                    self.engine.touch(ptr)
+            else:
+                self._mark(node)
 
     def _freeze(self, node: _Node) -> None:
         if not node.frozen:
@@ -864,7 +871,7 @@ class Registry(TorchDispatchMode):
                 if node is None or node.pins or _storage_use_count(node.key) > 1:
                     continue
                 if not self._has_readers(node):
-                    self._forget(node)
+                    self._forget(node, freed=True)
                 elif not node.evicted and self._evict(node, eager=True):
                     self.eager_evictions += 1
 
@@ -878,8 +885,15 @@ class Registry(TorchDispatchMode):
                 return True
         return False
 
-    def _forget(self, node: _Node) -> None:
-        self._unmark(node)
+    def _forget(self, node: _Node, freed: bool = False) -> None:
+        """Drops ``node``. ``freed``: only the registry holds its storage, which is freed
+        with it, taking the engine's mark along — no need to clear the mark first (a
+        ctypes call for every activation). Should something still hold the node, the
+        engine may offer the stale handle once; evict() skips unknown handles."""
+        if freed:
+            node.marked = False
+        else:
+            self._unmark(node)
         self._drop_copy(node)
         if node.ordinal >= 0 and self._by_ordinal.get(node.ordinal) is node:
             del self._by_ordinal[node.ordinal]
