@@ -356,11 +356,12 @@ def test_a_placement_that_was_not_reserved_is_refused_with_the_reason(make_engin
 COMPACT = """
 import torch, pyalloc
 from torch.utils._python_dispatch import _disable_current_modes
-pyalloc.install(device="cpu", budget="2GiB", compact={compact})
+pyalloc.install(device="{device}", budget="2GiB", compact={compact})
 engine = pyalloc._engine(None)
 MiB = 1 << 20
-w = torch.randn(3 * MiB // 8, requires_grad=True)          # 1.5 MiB
-pad = torch.empty(37 * MiB // 2, dtype=torch.uint8)       # fills the rest of its segment
+dev = "cuda" if "{device}" == "cuda" else "cpu"
+w = torch.randn(3 * MiB // 8, device=dev, requires_grad=True)   # 1.5 MiB
+pad = torch.empty(37 * MiB // 2, dtype=torch.uint8, device=dev)   # the rest of its segment
 with pyalloc.recompute(min_bytes=0) as reg:
     parts = []
     for i in range(13):
@@ -374,19 +375,19 @@ with pyalloc.recompute(min_bytes=0) as reg:
         want = [p.clone() for p in keep]
         want_views = [v.clone() for v in views]
     del parts, p
-    torch.zeros(1) + 1    # an op: the registry lets go of the dead storages
+    torch.zeros(1, device=dev) + 1    # an op: the registry lets go of the dead storages
     fillers = []          # not registry nodes, so they stay put; only 1.5 MiB holes remain
     with _disable_current_modes():
         for seg in engine.snapshot()["segments"]:
             for b in seg["blocks"]:
                 if b["state"] == "inactive" and b["size"] >= 2 * MiB:
-                    fillers.append(torch.empty(b["size"], dtype=torch.uint8))
+                    fillers.append(torch.empty(b["size"], dtype=torch.uint8, device=dev))
     s = pyalloc.memory_stats()
     engine.set_budget(int(s["reserved_bytes.all.current"]))
     before = [p.data_ptr() for p in keep]
     versions = [p._version for p in keep]
     try:
-        big = torch.empty(4 * MiB, dtype=torch.uint8)
+        big = torch.empty(4 * MiB, dtype=torch.uint8, device=dev)
         print("served")
     except torch.OutOfMemoryError:
         print("oom")
@@ -407,10 +408,10 @@ def test_compaction_moves_frozen_storages_with_their_contents_and_views():
     # is all that stands between 1.5 MiB holes and a 4 MiB request, compaction moves it
     # within the device: a new address, the same bytes, every view following, no version
     # bump. With the option off the same request is an OOM.
-    moved = run_in_subprocess(COMPACT.format(compact=True))
+    moved = run_in_subprocess(COMPACT.format(compact=True, device="cpu"))
     assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
     assert "intact True" in moved, moved
-    stays = run_in_subprocess(COMPACT.format(compact=False))
+    stays = run_in_subprocess(COMPACT.format(compact=False, device="cpu"))
     assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
 
 

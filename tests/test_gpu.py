@@ -391,3 +391,17 @@ def test_no_request_fails_on_gpu_while_free_chunks_would_hold_it():
         if name != "growing_batches":
             assert replay(trace, {"stitch": "false"}, device="cuda").covered_failures > 0, name
             assert stitched.num_stitches > 0, name
+
+
+def test_compaction_on_gpu_moves_frozen_storages_with_their_contents_and_views():
+    # tests/test_frag.py's case on CUDA: frozen storages between 1.5 MiB holes are moved
+    # device to device (a storage copy on the current stream, the CUDA DataPtr and its
+    # deleter context swapped into the storage) so that a 4 MiB request fits; contents,
+    # views and version counters kept. Off, the same request is an OOM.
+    from test_frag import COMPACT
+
+    moved = run_in_subprocess(COMPACT.format(compact=True, device="cuda"))
+    assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
+    assert "intact True" in moved, moved
+    stays = run_in_subprocess(COMPACT.format(compact=False, device="cuda"))
+    assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
