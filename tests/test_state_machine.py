@@ -355,8 +355,7 @@ class CompactingMachine(RuleBasedStateMachine):
         event("compaction moved blocks")
         return len(moves)
 
-    @rule(target=blocks, size=st.one_of(st.integers(1, 64 << 10),
-                                        st.integers((1 << 20) + 1, 3 << 20)))
+    @rule(target=blocks, size=st.integers((1 << 20) + 1, 3 << 20))
     def alloc(self, size):
         try:
             ptr = self.engine.alloc(size)
@@ -369,6 +368,15 @@ class CompactingMachine(RuleBasedStateMachine):
         write_pattern(ptr, size, block.tag)
         self.live[block.tag] = block
         return block
+
+    # Twice the weight of free, so the budget fills up and requests fail for placement.
+    @rule(target=blocks, size=st.integers((1 << 20) + 1, 3 << 20))
+    def alloc_again(self, size):
+        return self.alloc(size)
+
+    @rule(target=blocks, size=st.integers(1, 64 << 10))
+    def alloc_small(self, size):
+        return self.alloc(size)
 
     @rule(block=consumes(blocks))
     def free(self, block):
