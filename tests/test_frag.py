@@ -403,16 +403,22 @@ with pyalloc.recompute(min_bytes=0) as reg:
 """
 
 
+def check_compaction_moves_frozen_storages(device: str) -> None:
+    """COMPACT on ``device``, with compaction on (the storage moves, intact) and off (OOM).
+    Shared with tests/test_gpu.py."""
+    moved = run_in_subprocess(COMPACT.format(compact=True, device=device))
+    assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
+    assert "intact True" in moved, moved
+    stays = run_in_subprocess(COMPACT.format(compact=False, device=device))
+    assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
+
+
 def test_compaction_moves_frozen_storages_with_their_contents_and_views():
     # Under recompute with no host pool a frozen storage cannot leave the device; when it
     # is all that stands between 1.5 MiB holes and a 4 MiB request, compaction moves it
     # within the device: a new address, the same bytes, every view following, no version
     # bump. With the option off the same request is an OOM.
-    moved = run_in_subprocess(COMPACT.format(compact=True, device="cpu"))
-    assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
-    assert "intact True" in moved, moved
-    stays = run_in_subprocess(COMPACT.format(compact=False, device="cpu"))
-    assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
+    check_compaction_moves_frozen_storages("cpu")
 
 
 def test_training_with_compaction_is_bit_identical():

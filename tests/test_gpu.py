@@ -398,10 +398,6 @@ def test_compaction_on_gpu_moves_frozen_storages_with_their_contents_and_views()
     # device to device (a storage copy on the current stream, the CUDA DataPtr and its
     # deleter context swapped into the storage) so that a 4 MiB request fits; contents,
     # views and version counters kept. Off, the same request is an OOM.
-    from test_frag import COMPACT
+    from test_frag import check_compaction_moves_frozen_storages
 
-    moved = run_in_subprocess(COMPACT.format(compact=True, device="cuda"))
-    assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
-    assert "intact True" in moved, moved
-    stays = run_in_subprocess(COMPACT.format(compact=False, device="cuda"))
-    assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
+    check_compaction_moves_frozen_storages("cuda")

@@ -133,6 +133,12 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
+// A free block a request on `stream` may use: tagged with that stream or idle (Note
+// [Stream tags]).
+inline bool free_for(const Block* b, StreamId stream) {
+  return b->state == BlockState::kFree && (b->stream == stream || b->stream == kAnyStream);
+}
+
 struct Segment {
   std::uintptr_t addr = 0;
   std::size_t size = 0;

@@ -7,18 +7,6 @@
 namespace pyalloc {
 namespace {
 
-bool free_for(const Block* b, StreamId stream) {
-  return b->state == BlockState::kFree && (b->stream == stream || b->stream == kAnyStream);
-}
-
-// What is left of a free block of `pool` after `bytes` of it are taken (Pool::should_split:
-// a large-pool remainder of 1 MiB or less stays attached to the taken block).
-std::size_t left_after(PoolKind pool, std::size_t size, std::size_t bytes) {
-  const std::size_t rest = size - bytes;
-  if (pool == PoolKind::kLarge) return rest > kSmallSize ? rest : 0;
-  return rest >= kMinBlockSize ? rest : 0;
-}
-
 struct Window {
   Block* first;
   Block* last;
@@ -105,7 +93,8 @@ CompactPlan plan_compaction(const Pool& pool, std::size_t rounded, PoolKind kind
         fits = false;
         break;
       }
-      const std::size_t rest = left_after(kind, *it, m->size);
+      // What Pool::take will leave free of that hole, by the pool's own rule.
+      const std::size_t rest = pool.splits(kind, *it, m->size) ? *it - m->size : 0;
       room.erase(it);
       if (rest) room.insert(rest);
     }
@@ -113,7 +102,6 @@ CompactPlan plan_compaction(const Pool& pool, std::size_t rounded, PoolKind kind
     plan.lo = lo;
     plan.hi = hi;
     plan.movers = std::move(movers);
-    plan.bytes = w.moved;
     return plan;
   }
   return plan;

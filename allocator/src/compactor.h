@@ -30,7 +30,6 @@ namespace pyalloc {
 struct CompactPlan {
   std::uintptr_t lo = 0, hi = 0;  // the window, [lo, hi)
   std::vector<Block*> movers;     // its movable blocks, largest first
-  std::size_t bytes = 0;          // their sizes, summed
 };
 
 // A plan that makes room for `rounded` bytes of pool `kind` on `stream`, moving only

@@ -111,7 +111,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       return reinterpret_cast<void*>(block->addr);
     }
     // Rung 4c, stitch: the free memory may be there, in pieces of several segments.
-    if (options_.stitch && kind != PoolKind::kPersistent) {
+    if (stitches(kind)) {
       if (Block* block = stitch_locked(rounded, size, stream, /*map_rest=*/true)) {
         trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
         after_op_locked();

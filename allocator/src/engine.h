@@ -171,6 +171,12 @@ class Engine {
   // mapped into a fresh range, or nullptr.
   // With map_rest, maps a segment of what the free chunks lack if the budget allows.
   Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream, bool map_rest);
+  // Whether a request of pool `kind` can be served by stitching (option stitch, a large
+  // request, a device that maps 2 MiB chunks): the one test for every stitch rung and for
+  // the evictor's chunk plans.
+  bool stitches(PoolKind kind) const {
+    return options_.stitch && kind == PoolKind::kLarge && backend_->granularity() == kStitchChunk;
+  }
   // Frees a stitched block: waits for its streams, returns its pieces, unmaps the range.
   void free_stitched_locked(Block* block);
   bool fence_streams_locked(StreamId stream);

@@ -57,7 +57,7 @@ EvictPlan plan_by_score(const Pool& pool, std::size_t bytes, std::uint64_t clock
 // A block a window may span: free memory this stream can use, or an evictable block of
 // this stream (once freed it merges with its neighbours; see Note [Stream tags]).
 bool usable(const Block* b, StreamId stream) {
-  if (b->state == BlockState::kFree) return b->stream == stream || b->stream == kAnyStream;
+  if (b->state == BlockState::kFree) return free_for(b, stream);
   return evictable(b) && b->stream == stream;
 }
 
@@ -240,8 +240,7 @@ EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t ro
       EvictPlan plan = plan_window(pool, rounded, kind, stream, clock);
       if (!plan.victims.empty()) return plan;
       plan = plan_segments(pool, round_up(rounded, granularity), headroom, clock);
-      if (!plan.victims.empty() || !stitch || rounded <= kSmallSize || granularity != kStitchChunk)
-        return plan;
+      if (!plan.victims.empty() || !stitch) return plan;
       return plan_chunks(pool, round_up(rounded, granularity), headroom, stream, clock,
                          granularity);
     }

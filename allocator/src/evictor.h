@@ -41,8 +41,8 @@ struct EvictPlan {
 
 // What to evict so that a request of `rounded` bytes on `stream` can be served, given
 // `headroom` bytes still under the budget. Empty when nothing evictable would help.
-// `kind`: the pool the request is served from. `stitch`: the engine stitches free chunks
-// (option stitch), so chunks freed anywhere serve a large request.
+// `kind`: the pool the request is served from. `stitch`: the engine can stitch free chunks
+// for this request (Engine::stitches), so chunks freed anywhere serve it.
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
                         PoolKind kind, StreamId stream, std::uint64_t clock,
                         std::size_t headroom, std::size_t granularity, bool stitch);

@@ -173,10 +173,10 @@ Block* Pool::find_free_outside(PoolKind kind, std::size_t rounded, StreamId stre
   return best;
 }
 
-bool Pool::should_split(const Block* b, std::size_t rounded) const {
-  std::size_t remaining = b->size - rounded;
+bool Pool::splits(PoolKind kind, std::size_t size, std::size_t rounded) const {
+  std::size_t remaining = size - rounded;
   // Persistent segments hold tensors that live for the whole run: pack them tightly.
-  if (b->segment->pool != PoolKind::kLarge) return remaining >= kMinBlockSize;
+  if (kind != PoolKind::kLarge) return remaining >= kMinBlockSize;
   // In the large pool a remainder of 1 MiB or less could only ever serve small requests,
   // which the large pool never sees; keeping it attached avoids a useless sliver.
   return remaining > kSmallSize && (max_split_size_ == 0 || rounded < max_split_size_);
@@ -198,7 +198,7 @@ Block* Pool::split_off(Block* b, std::size_t keep) {
 
 Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
   erase_free(b);
-  if (should_split(b, rounded)) insert_free(split_off(b, rounded));
+  if (splits(b->segment->pool, b->size, rounded)) insert_free(split_off(b, rounded));
   b->state = BlockState::kAllocated;
   b->requested = requested;
   b->stream = stream;

@@ -69,8 +69,11 @@ class Pool {
   // block fits where it can.
   Block* find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
                            std::uintptr_t lo, std::uintptr_t hi) const;
+  // Whether taking `rounded` bytes of a free block of `size` bytes in pool `kind` leaves
+  // the rest as a free block of its own (otherwise the taken block keeps it).
+  bool splits(PoolKind kind, std::size_t size, std::size_t rounded) const;
   // Hands out `block` (which find_free returned) for a request, splitting off the rest
-  // when it is worth keeping.
+  // when it is worth keeping (splits()).
   Block* take(Block* block, std::size_t rounded, std::size_t requested, StreamId stream);
   // Registers a newly mapped segment as one free block tagged kAnyStream.
   Block* add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool, PhysicalHandle phys);
@@ -132,7 +135,6 @@ class Pool {
 
  private:
   FreeSet& free_set(const Block* b) { return free_[static_cast<int>(b->segment->pool)]; }
-  bool should_split(const Block* block, std::size_t rounded) const;
   bool is_oversize(std::size_t bytes) const { return max_split_size_ && bytes >= max_split_size_; }
   bool acceptable(const Block* block, std::size_t rounded) const;
   void insert_free(Block* block);  // + inactive-split accounting

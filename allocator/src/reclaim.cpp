@@ -53,7 +53,7 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
                             bool* taken) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
-  const bool stitchable = options_.stitch && kind == PoolKind::kLarge;
+  const bool stitchable = stitches(kind);
   // From cached chunks only; a stitched block is handed out already (*taken).
   auto stitch_cached = [&]() -> Block* {
     Block* stitched = stitch_locked(rounded, size, stream, /*map_rest=*/false);
@@ -115,8 +115,7 @@ std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, Str
                                                         PoolKind kind) {
   if (!evict_callback_) return {};
   EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
-                                 headroom_locked(), backend_->granularity(),
-                                 options_.stitch && kind != PoolKind::kPersistent);
+                                 headroom_locked(), backend_->granularity(), stitches(kind));
   if (plan.victims.empty()) return {};
   return take_victims_locked(plan, /*proactive=*/false);
 }
