@@ -7,9 +7,14 @@ them. Each program runs twice in one process on the simulated device: plainly, a
 ``pyalloc.recompute(min_bytes=0)`` with the evictions; every tensor it produced must be
 equal bit for bit, and so must the gradients of a final backward. The generator is reseeded
 before each run, so random ops draw the same numbers unless a replay disturbs them.
+
+Under ``policy="swap"`` and ``"hybrid"`` the same programs evict by copying to the host
+pool on the simulated device's copy stream (a thread of its own), so a tensor may be
+read, written in place or evicted again while its copy is in flight.
 """
 from __future__ import annotations
 
+import pytest
 from conftest import run_in_subprocess
 
 PROGRAM = r"""
@@ -82,25 +87,34 @@ def check(program):
     try:
         want = run(program, None)
     except RuntimeError as e:   # e.g. a leaf or a saved tensor written in place
-        with pyalloc.recompute(min_bytes=0) as registry:
+        with pyalloc.recompute(min_bytes=0{options}) as registry:
             try:
                 run(program, registry)
             except RuntimeError as e2:
                 assert type(e2) is type(e), (e, e2)
                 assume(False)
             raise AssertionError(f"the plain run failed ({e}) but the registry run did not")
-    with pyalloc.recompute(min_bytes=0) as registry:
+    with pyalloc.recompute(min_bytes=0{options}) as registry:
         got = run(program, registry)
+    EVICTED[0] += registry.evictions
+    EVICTED[1] += registry.swap_outs
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         assert torch.equal(g, w), (k, program)
 
+EVICTED = [0, 0]   # storages evicted, and of those swapped out (not dropped)
 check()
 pyalloc.check_invariants()
+assert EVICTED[0] > 0, "no program evicted anything"
+assert EVICTED[1] > 0 or "{policy}" == "recompute", "policy {policy}: nothing was swapped out"
 print("ok")
 """
 
 
-def test_random_programs_read_back_the_same_bits_after_any_eviction():
-    out = run_in_subprocess(PROGRAM.replace("{examples}", "150"), timeout=900)
+@pytest.mark.parametrize("policy, examples", [("recompute", 150), ("swap", 60), ("hybrid", 60)])
+def test_random_programs_read_back_the_same_bits_after_any_eviction(policy, examples):
+    options = "" if policy == "recompute" else f", policy={policy!r}, host_pool=64 << 20"
+    program = (PROGRAM.replace("{examples}", str(examples)).replace("{options}", options)
+               .replace("{policy}", policy))
+    out = run_in_subprocess(program, timeout=900)
     assert out.strip().endswith("ok")

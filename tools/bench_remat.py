@@ -26,6 +26,8 @@ Figures, all against the baseline's peak reserved bytes P at the task's default 
 
     python tools/bench_remat.py                         # simulated device: mlp, cnn, transformer
     python tools/bench_remat.py --device cuda --tasks cnn transformer resnet50 gpt2
+    python tools/bench_remat.py --tasks transformer --configs baseline dtr window \
+        --option stitch=false                           # the strategies without stitching
 
 Writes ``bench_remat.json`` and ``bench_remat.md`` into ``--out`` and prints the table.
 """
@@ -53,11 +55,14 @@ CONFIGS = ("baseline", "checkpoint") + STRATEGIES
 # --- worker: one configuration, in its own process ------------------------------------------
 
 class Worker:
-    def __init__(self, task: str, config: str, device: str, batch: int) -> None:
+    def __init__(self, task: str, config: str, device: str, batch: int,
+                 engine_options: Optional[Dict[str, str]] = None) -> None:
         import pyalloc
 
         policy = "recompute" if config in STRATEGIES else "none"
-        options = {"evict_strategy": config} if policy == "recompute" else {}
+        options = dict(engine_options or {})
+        if policy == "recompute":
+            options["evict_strategy"] = config
         self.device = pyalloc.install(device=device, policy=policy, **options)
         import torch
 
@@ -225,7 +230,7 @@ class Worker:
 
 
 def worker_main(args: argparse.Namespace) -> None:
-    w = Worker(args.task, args.config, args.device, args.batch)
+    w = Worker(args.task, args.config, args.device, args.batch, parse_options(args.option))
     unlimited = args.capacity
     out: Dict[str, Any] = {"task": args.task, "config": args.config, "device": w.device}
     w.time_limit = 600.0
@@ -245,11 +250,25 @@ def worker_main(args: argparse.Namespace) -> None:
 
 
 # --- driver ----------------------------------------------------------------------------------
+def parse_options(pairs: Optional[List[str]]) -> Dict[str, str]:
+    """``--option KEY=VALUE`` pairs as install() keywords (validated there, by the engine)."""
+    options: Dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option takes KEY=VALUE (an engine option, docs/design.md), "
+                             f"got {pair!r}")
+        options[key] = value
+    return options
+
+
 def run_worker(task: str, config: str, device: str, batch: int, steps: int, peak: Optional[int],
-               capacity: int) -> Dict[str, Any]:
+               capacity: int, options: Optional[List[str]] = None) -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", "--task", task, "--config", config,
            "--device", device, "--batch", str(batch), "--steps", str(steps),
            "--capacity", str(capacity)]
+    for pair in options or []:
+        cmd += ["--option", pair]
     if peak:
         cmd += ["--peak", str(peak)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -312,6 +331,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--steps", type=int, default=6, help="steps per timed trial (2 warm-up)")
     p.add_argument("--batch", type=int, default=None, help="override every task's default batch")
     p.add_argument("--out", default=".", help="where bench_remat.json and .md go")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="an engine option for every configuration, e.g. stitch=false "
+                        "(repeatable)")
     # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--task", help=argparse.SUPPRESS)
@@ -319,6 +341,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--peak", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--capacity", type=int, default=3 << 30, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    parse_options(args.option)   # a malformed pair stops here, before any run
     if args.worker:
         worker_main(args)
         return 0
@@ -345,7 +368,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             bar.set_description(f"{task}/{config}")
             batch = args.batch or TASKS[task].default_batch
             r = run_worker(task, config, args.device, batch, args.steps,
-                           peaks.get(task) if config != "baseline" else None, capacity)
+                           peaks.get(task) if config != "baseline" else None, capacity,
+                           args.option)
             if config == "baseline":
                 peaks[task] = r.get("peak")
             r["batch"] = batch
