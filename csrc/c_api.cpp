@@ -352,6 +352,20 @@ int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine, pyalloc_movable
   return 0;
 }
 
+int pyalloc_engine_compact(pyalloc_engine* engine, size_t size, uintptr_t stream, size_t* moved) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!moved) return fail("moved is NULL");
+  *moved = 0;
+  if (stream == pyalloc::kAnyStream) {
+    return fail("stream " + std::to_string(stream) + " is reserved by pyalloc; pass a real stream");
+  }
+  if (size == 0 || size > pyalloc::kMaxRequest) {
+    return fail("compact: size must be in [1, 2**62], got " + std::to_string(size));
+  }
+  *moved = engine->compact(size, stream);
+  return 0;
+}
+
 void pyalloc_set_thread_placement(void* ptr) {
   Engine::set_thread_placement(reinterpret_cast<std::uintptr_t>(ptr));
 }

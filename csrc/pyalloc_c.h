@@ -96,6 +96,10 @@ typedef size_t (*pyalloc_relocate_fn)(void* context, const uintptr_t* from, cons
 PYALLOC_API int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine,
                                                      pyalloc_movable_fn movable,
                                                      pyalloc_relocate_fn relocate, void* context);
+/* Runs the compaction rung now for a request of `size` bytes on `stream`, as if no block
+ * held it (tests and tools); *moved: how many storages moved. */
+PYALLOC_API int pyalloc_engine_compact(pyalloc_engine* engine, size_t size, uintptr_t stream,
+                                       size_t* moved);
 /* The calling thread's next allocation is the compaction destination reserved at ptr
  * (NULL: none). */
 PYALLOC_API void pyalloc_set_thread_placement(void* ptr);

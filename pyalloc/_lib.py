@@ -62,6 +62,8 @@ _SIGNATURES = {
     "pyalloc_engine_touch": (_c.c_int, [_engine_p, _c.c_void_p]),
     "pyalloc_engine_set_compact_callbacks": (
         _c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    "pyalloc_engine_compact": (
+        _c.c_int, [_engine_p, _c.c_size_t, _c.c_size_t, _c.POINTER(_c.c_size_t)]),
     "pyalloc_set_thread_placement": (None, [_c.c_void_p]),
     "pyalloc_engine_trace_start": (_c.c_int, [_engine_p, _c.c_uint64]),
     "pyalloc_engine_trace_drain": (_c.c_void_p, [_engine_p]),

@@ -272,6 +272,16 @@ class Engine:
         _check(_lib.lib().pyalloc_engine_set_compact_callbacks(
             self.handle, *(ctypes.cast(fn, ctypes.c_void_p) for fn in self._compact_fns), None))
 
+    def compact(self, nbytes: int, stream: int = 0) -> int:
+        """Runs compaction now, as if a request of ``nbytes`` on ``stream`` had found no
+        free block: moves storages the registry can move out of the cheapest window that
+        then holds it. For tests and tools (allocation runs it by itself when needed).
+        Returns how many storages moved (0 if a free block holds ``nbytes`` already)."""
+        moved = ctypes.c_size_t()
+        _check(_lib.lib().pyalloc_engine_compact(
+            self.handle, _byte_count("nbytes", nbytes, 1), stream, ctypes.byref(moved)))
+        return moved.value
+
     @staticmethod
     @contextlib.contextmanager
     def placement(address: int) -> Iterator[None]:

@@ -14,6 +14,7 @@ import pytest
 import pyalloc
 from pyalloc import Engine, OutOfMemoryError, PyallocError
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 
@@ -291,6 +292,37 @@ def test_window_frees_chunks_for_stitching_when_neither_a_window_nor_a_segment_c
     assert evicted == [1, 2, 3, 4, 5, 6, 7]
     e.free(big)
     for p in pinned + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()
+
+
+def test_window_evicts_in_the_large_pool_for_a_small_request_it_can_borrow():
+    # The budget is spent on one 20 MiB large segment (full of evictable blocks, with a
+    # pinned sliver in it, so it can never be released whole) and one small segment full
+    # of what cannot go. A 1 MiB request has no window in the small pool and no segment to
+    # free: the window strategy must evict a window of the large pool for the borrow rung.
+    # (Seen on the UNet at 39% of its peak: an OOM where 35% trained.)
+    e = Engine("host", budget="22MiB", evict_strategy="window")
+    reg = FakeRegistry(e)
+    small_full = [e.alloc(1 * MiB) for _ in range(2)]
+    handle = 1
+    for size in (4, 4, 4):
+        reg.add(size * MiB, cost=float(handle), handle=handle)
+        handle += 1
+    e.set_budget(22 * MiB)
+    sliver = e.alloc(4 * KiB)            # borrowed: the budget has no room for a segment
+    for size in (4, 3):
+        reg.add(size * MiB, cost=float(handle), handle=handle)
+        handle += 1
+    assert e.stats()["num_small_borrows"] == 1
+    assert e.stats()["reserved_bytes.all.current"] == 22 * MiB
+    ptr = e.alloc(1 * MiB)
+    stats = e.stats()
+    assert stats["num_small_borrows"] == 2 and stats["num_evictions"] == 1
+    assert reg.calls == [[1]]           # the cheapest window that holds 1 MiB
+    e.free(ptr)
+    for p in small_full + [sliver] + list(reg.ptrs.values()):
         e.free(p)
     e.check_invariants()
     e.close()

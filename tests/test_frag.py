@@ -421,41 +421,66 @@ def test_compaction_moves_frozen_storages_with_their_contents_and_views():
     check_compaction_moves_frozen_storages("cpu")
 
 
-def test_training_with_compaction_is_bit_identical():
-    # pyalloc.models.inplace_mlp: every third layer's activation is frozen (rescaled in
-    # place past what the registry replays), so under recompute without a host pool it
-    # cannot be evicted; at half the peak, the holes between those storages are where the
-    # rest must fit, and compaction moves them to make the holes usable.
-    free = train("inplace_mlp", "2GiB", steps=6, batch=1536)
-    budget = int(0.5 * free["peak"])
-    tight = train("inplace_mlp", budget, steps=6, batch=1536, policy="recompute",
-                  report=REPORT_COMPACTIONS)
-    assert tight["record"] == free["record"]
-    compactions = int(re.search(r"^compactions (\d+)$", tight["output"], re.M).group(1))
-    assert compactions > 0, tight["output"]
-    assert tight["frozen"] > 0 and tight["evictions"] > 0
-    # The same budget without compaction runs out of memory: the moves were needed.
-    off = run_in_subprocess(f"""
-import torch, pyalloc
-pyalloc.install(device="cpu", budget={budget}, policy="recompute", compact=False)
-torch.manual_seed(0)
-from pyalloc.models import TASKS
-task = TASKS["inplace_mlp"]
-model = task.build()
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = task.batch(1536, torch.Generator().manual_seed(1))
-try:
-    for step in range(6):
-        opt.zero_grad(set_to_none=True)
-        task.loss(model, x, y).backward()
-        opt.step()
-    print("trained")
-except torch.OutOfMemoryError as e:
-    print("oom", "fragmented" in str(e))
-""")
-    assert "oom True" in off, off
-
-
-REPORT_COMPACTIONS = """
-print("compactions", pyalloc.memory_stats()["num_compactions"])
+# Moves live storages in the middle of every training step: after the forward, with the
+# activations backward needs resident (some evicted, under a budget), it asks four times
+# for a run 1 MiB larger than the largest free block, which only moving storages can open.
+SHAKE = """
+from pyalloc import models as _models
+_engine = pyalloc._engine(None)
+_moved = [0]
+_loss = _models.Task.loss
+def _shaken_loss(self, model, x, y):
+    out = _loss(self, model, x, y)
+    for _ in range(4):
+        snap = _engine.snapshot()
+        free = [b["size"] for seg in snap["segments"] if seg["segment_type"] == "large"
+                for b in seg["blocks"] if b["state"] == "inactive"]
+        _moved[0] += _engine.compact(max(free, default=0) + (1 << 20))
+    return out
+_models.Task.loss = _shaken_loss
 """
+REPORT_MOVES = """
+print("moved", _moved[0], pyalloc.memory_stats()["num_relocations"])
+"""
+
+
+@pytest.mark.parametrize("fraction", [1.5, 0.5])
+def test_training_with_storages_moved_mid_step_is_bit_identical(fraction):
+    # pyalloc.models.inplace_mlp (every third activation frozen: rescaled in place past
+    # what the registry replays) under recompute; after each forward, storages that
+    # backward reads are moved device to device (Engine.compact). With room to spare
+    # (1.5x the peak) the moves are all that happens; at half the peak they mix with
+    # evictions and recomputes. Losses and every parameter match the unconstrained run.
+    # (Compaction used to be needed by this model at half its peak; since borrowed small
+    # blocks stack at the top of the large pool, eviction alone reaches 0.48 of it, so the
+    # rung is driven here on purpose. The crafted layout above is where it is needed.)
+    free = train("inplace_mlp", "2GiB", steps=6, batch=1536)
+    moved = train("inplace_mlp", int(fraction * free["peak"]), steps=6, batch=1536,
+                  policy="recompute", setup=SHAKE, report=REPORT_MOVES)
+    assert moved["record"] == free["record"]
+    asked, relocations = map(int, re.search(r"^moved (\d+) (\d+)$", moved["output"], re.M).groups())
+    assert asked > 0 and relocations >= asked, moved["output"]
+    assert moved["frozen"] > 0
+    if fraction < 1:
+        assert moved["evictions"] > 0
+
+
+def test_compact_on_demand_moves_nothing_when_it_need_not_or_may_not():
+    out = run_in_subprocess("""
+import pyalloc
+from pyalloc import Engine
+e = Engine("host", budget="64MiB")
+p = e.alloc(4 << 20)
+print("no callbacks", e.compact(30 << 20))      # nothing can move without a registry
+print("fits", e.compact(1 << 20))               # a free block holds it already
+for bad in (0, -1, 2 ** 70, "1MiB"):
+    try:
+        e.compact(bad)
+    except (ValueError, TypeError) as err:
+        print("refused", type(err).__name__)
+e.free(p)
+e.check_invariants()
+""")
+    assert "no callbacks 0" in out and "fits 0" in out, out
+    assert out.count("refused") == 4, out
+

@@ -517,7 +517,15 @@ def test_small_request_borrows_from_a_large_block_when_the_budget_is_spent(make_
     assert stats["reserved_bytes.all.current"] == 20 * MiB
     assert segment_of(engine, small)["segment_type"] == "large"
     assert segment_of(engine, small)["address"] == segment_of(engine, big)["address"]
+    # Cut from the top of the free block, not its bottom: the large pool's free memory
+    # stays one run (15 MiB minus 4 KiB, right after `big`), not two around a sliver.
+    seg = segment_of(engine, big)
+    assert small == seg["address"] + seg["total_size"] - 4 * KiB
+    assert [b["state"] for b in seg["blocks"]] == ["active_allocated", "inactive", "active_allocated"]
+    more = engine.alloc(8 * KiB)   # borrowed too, stacked right below the first
+    assert more == small - 8 * KiB and engine.stats()["num_small_borrows"] == 2
     engine.check_invariants()
+    engine.free(more)
     engine.free(small)
     engine.free(big)
     # With room for a small segment, small requests keep to the small pool.

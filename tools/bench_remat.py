@@ -10,7 +10,10 @@ allocator and its options are chosen once per process):
 
 Figures, all against the baseline's peak reserved bytes P at the task's default batch:
 
-  min budget  the smallest budget (fraction of P, bisection to 2%) at which 3 steps train
+  min budget  the smallest budget (fraction of P, bisection to 2%) at which 3 steps train;
+              then the four budgets 0.02 apart above it are tried too, and any that fails is
+              listed beside it (bisection assumes more memory never hurts, and under eviction
+              the layout, so the outcome, changes with the budget)
   t@0.9, t@0.5  median step time at budgets 0.9 P and 0.5 P over the baseline's unconstrained
               step time (empty where the configuration cannot train at that budget)
   max batch   the largest batch that trains 2 steps under the budget P (doubling, then
@@ -223,6 +226,14 @@ class Worker:
                 hi = mid
         return hi
 
+    def gaps_above(self, peak: int, found: float, steps: int = 3, points: int = 4) -> List[float]:
+        """Budgets just above the bisection's answer (``points`` of them, 0.02 apart) at
+        which training fails all the same. Bisection assumes that more memory never hurts;
+        under eviction it can (the layout differs with the budget), and a user choosing a
+        budget needs to know."""
+        above = [round(found + 0.02 * (i + 1), 4) for i in range(points)]
+        return [f for f in above if f <= 1.0 and self.trial(int(f * peak), self.batch, steps) is None]
+
     def max_batch(self, budget: int, limit: int = 8) -> int:
         """The largest batch that trains 2 steps under ``budget``, to 1/32 of itself."""
         return largest_batch(lambda n: self.trial(budget, n, 2) is not None, self.batch,
@@ -243,6 +254,8 @@ def worker_main(args: argparse.Namespace) -> None:
     out["peak"] = peak
     if peak:
         out["min_budget"] = w.min_budget(peak)
+        if out["min_budget"] and w.config != "baseline":
+            out["fails_above_min"] = w.gaps_above(peak, out["min_budget"])
         for frac in (0.9, 0.5):
             out[f"at_{frac}"] = w.trial(int(frac * peak), args.batch, args.steps, warmup=2)
         out["max_batch"] = w.max_batch(peak)
@@ -313,8 +326,10 @@ def table(results: List[Dict[str, Any]]) -> str:
                             f"({o['ops_per_step']:.0f} ops)")
             batch = r.get("max_batch") or 0
             capped = "≥" if batch >= 8 * r.get("batch", 1) else ""
+            gaps = r.get("fails_above_min") or []
+            holes = f" (fails at {', '.join(f'{g:.2f}' for g in gaps)})" if gaps else ""
             rows.append(
-                f"| {task} | {config} | {mb:.2f} |" if mb else f"| {task} | {config} | — |")
+                f"| {task} | {config} | {mb:.2f}{holes} |" if mb else f"| {task} | {config} | — |")
             rows[-1] += (f" {_ratio(r.get('at_0.9'), base_free)} | {_ratio(at5, base_free)} | "
                          f"{capped}{batch} ({capped}{batch / base_batch:.2f}x) | {per_step} | {overhead} |"
                          if base_batch else " — | — | — | — | — |")

@@ -172,6 +172,17 @@ void Engine::set_evict_callback(EvictCallback callback, void* context) {
   evict_context_ = context;
 }
 
+std::size_t Engine::compact(std::size_t size, StreamId stream) {
+  if (size > kMaxRequest) return 0;
+  const std::size_t rounded = round_size(size);
+  const PoolKind kind = pool_for(rounded);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (find_cached_locked(rounded, stream, kind)) return 0;
+  const std::int64_t before = pool_.stats().num_relocations;
+  compact_locked(lock, rounded, stream, kind);
+  return static_cast<std::size_t>(pool_.stats().num_relocations - before);
+}
+
 void Engine::set_compact_callbacks(MovableCallback movable, RelocateCallback relocate,
                                    void* context) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -115,6 +115,11 @@ class Engine {
   using RelocateCallback = std::size_t (*)(void* context, const std::uintptr_t* from,
                                            const std::uintptr_t* to, std::size_t count);
   void set_compact_callbacks(MovableCallback movable, RelocateCallback relocate, void* context);
+  // Runs the compaction rung now, as if a request of `size` bytes on `stream` had found no
+  // block (for tests and tools: the ladder runs it by itself). Returns how many storages
+  // moved; 0 when a free block already holds the request, no plan exists, or option
+  // compact or the callbacks are off.
+  std::size_t compact(std::size_t size, StreamId stream);
   // The calling thread's next allocation is the block reserved at `addr` by a compaction
   // round (0: none). It must ask for exactly the moved storage's size.
   static void set_thread_placement(std::uintptr_t addr);

@@ -173,6 +173,24 @@ Block* Pool::find_free_outside(PoolKind kind, std::size_t rounded, StreamId stre
   return best;
 }
 
+Block* Pool::find_borrow(std::size_t rounded, StreamId stream) {
+  const FreeSet& set = free_[static_cast<int>(PoolKind::kLarge)];
+  Block* best = nullptr;
+  for (StreamId tag : {stream, kAnyStream}) {
+    for (auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
+         it != set.end() && it->stream == tag; ++it) {
+      if (!best || it->addr > best->addr) best = it->block;
+    }
+  }
+  if (!best || best->size - rounded < kMinBlockSize) return best;
+  // Cut the piece off the block's end: the rest stays one free block below it.
+  erase_free(best);
+  Block* piece = split_off(best, best->size - rounded);
+  insert_free(best);
+  insert_free(piece);
+  return piece;
+}
+
 bool Pool::splits(PoolKind kind, std::size_t size, std::size_t rounded) const {
   std::size_t remaining = size - rounded;
   // Persistent segments hold tensors that live for the whole run: pack them tightly.

@@ -69,6 +69,13 @@ class Pool {
   // block fits where it can.
   Block* find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
                            std::uintptr_t lo, std::uintptr_t hi) const;
+  // For a small request the small pool cannot serve (the borrow rung): a free block of the
+  // large pool of exactly `rounded` bytes, cut from the end of the highest-addressed free
+  // block that holds it, or nullptr. Borrowed blocks are small and may live long; stacked
+  // at the top of the large pool they split its free memory in as few places as possible
+  // (best fit scattered them through it, and each one broke a run that large requests
+  // and stitching needed).
+  Block* find_borrow(std::size_t rounded, StreamId stream);
   // Whether taking `rounded` bytes of a free block of `size` bytes in pool `kind` leaves
   // the rest as a free block of its own (otherwise the taken block keeps it).
   bool splits(PoolKind kind, std::size_t size, std::size_t rounded) const;

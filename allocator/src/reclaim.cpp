@@ -88,7 +88,7 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
     // only memory left, and small requests never look there. Take a piece of one rather
     // than fail (seen in training under eviction: an 8 MiB free large block, a 1 MiB
     // request, no room for a 2 MiB small segment).
-    block = pool_.find_free_in(PoolKind::kLarge, rounded, stream);
+    block = pool_.find_borrow(rounded, stream);
     if (block) ++pool_.stats().num_small_borrows;
   }
   return block;
