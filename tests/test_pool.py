@@ -517,8 +517,8 @@ def test_small_request_borrows_from_a_large_block_when_the_budget_is_spent(make_
     assert stats["reserved_bytes.all.current"] == 20 * MiB
     assert segment_of(engine, small)["segment_type"] == "large"
     assert segment_of(engine, small)["address"] == segment_of(engine, big)["address"]
-    # Cut from the top of the free block, not its bottom: the large pool's free memory
-    # stays one run (15 MiB minus 4 KiB, right after `big`), not two around a sliver.
+    # Cut from the end of the free block, not its start: the rest stays one free run
+    # right after `big` (15 MiB minus 4 KiB), which `big`'s free merges with.
     seg = segment_of(engine, big)
     assert small == seg["address"] + seg["total_size"] - 4 * KiB
     assert [b["state"] for b in seg["blocks"]] == ["active_allocated", "inactive", "active_allocated"]

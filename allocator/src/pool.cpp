@@ -174,14 +174,7 @@ Block* Pool::find_free_outside(PoolKind kind, std::size_t rounded, StreamId stre
 }
 
 Block* Pool::find_borrow(std::size_t rounded, StreamId stream) {
-  const FreeSet& set = free_[static_cast<int>(PoolKind::kLarge)];
-  Block* best = nullptr;
-  for (StreamId tag : {stream, kAnyStream}) {
-    for (auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
-         it != set.end() && it->stream == tag; ++it) {
-      if (!best || it->addr > best->addr) best = it->block;
-    }
-  }
+  Block* best = find_free_in(PoolKind::kLarge, rounded, stream);
   if (!best || best->size - rounded < kMinBlockSize) return best;
   // Cut the piece off the block's end: the rest stays one free block below it.
   erase_free(best);

@@ -70,11 +70,12 @@ class Pool {
   Block* find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
                            std::uintptr_t lo, std::uintptr_t hi) const;
   // For a small request the small pool cannot serve (the borrow rung): a free block of the
-  // large pool of exactly `rounded` bytes, cut from the end of the highest-addressed free
-  // block that holds it, or nullptr. Borrowed blocks are small and may live long; stacked
-  // at the top of the large pool they split its free memory in as few places as possible
-  // (best fit scattered them through it, and each one broke a run that large requests
-  // and stitching needed).
+  // large pool of exactly `rounded` bytes, cut from the *end* of the best-fitting free
+  // block, or nullptr. Borrowed blocks are small and may live long. Cut from the start
+  // (as take() does), each one sat against the block below its hole; measured on the UNet
+  // under recompute and on replayed traces, cutting from the end leaves free runs that
+  // merge into what large requests and stitching need (tools/bench_frag.py,
+  // tools/bench_remat.py: see docs/design.md, rung 4).
   Block* find_borrow(std::size_t rounded, StreamId stream);
   // Whether taking `rounded` bytes of a free block of `size` bytes in pool `kind` leaves
   // the rest as a free block of its own (otherwise the taken block keeps it).
