@@ -451,9 +451,10 @@ def test_training_with_storages_moved_mid_step_is_bit_identical(fraction):
     # backward reads are moved device to device (Engine.compact). With room to spare
     # (1.5x the peak) the moves are all that happens; at half the peak they mix with
     # evictions and recomputes. Losses and every parameter match the unconstrained run.
-    # (Compaction used to be needed by this model at half its peak; since borrowed small
-    # blocks stack at the top of the large pool, eviction alone reaches 0.48 of it, so the
-    # rung is driven here on purpose. The crafted layout above is where it is needed.)
+    # (Compaction used to be needed by this model at half its peak; since small blocks
+    # borrowed into the large pool are cut from the end of their free block, eviction
+    # alone reaches 0.48 of it, so the rung is driven here on purpose. The crafted layout
+    # above is where it is needed.)
     free = train("inplace_mlp", "2GiB", steps=6, batch=1536)
     moved = train("inplace_mlp", int(fraction * free["peak"]), steps=6, batch=1536,
                   policy="recompute", setup=SHAKE, report=REPORT_MOVES)
