@@ -104,3 +104,28 @@ def test_largest_batch_stops_at_the_resolution():
                                       lambda good: 8)
     assert 37 - 8 < found <= 37
     assert tried == [8, 16, 32, 64, 48, 40]   # 32..64, 32..48, 32..40: a gap of 8, done
+
+
+def test_a_largest_batch_that_does_not_train_again_is_searched_below():
+    # Batches up to 48 train every time; 56 trains once and then never again.
+    tries = []
+
+    def trains(n):
+        tries.append(n)
+        return n <= 48 or n == 56
+
+    def again(n):
+        tries.append(("again", n))
+        return n <= 48
+
+    best = bench_suite.repeated_largest_batch(trains, again, 16, 128, lambda good: 2)
+    assert best == 48
+    # The search found 56; its repeat failed, so the search went on below it, reusing what
+    # it knew (48 trained: tried once by the search, then once by its own repeat).
+    assert tries.count(56) == 1 and tries.index(("again", 56)) < tries.index(("again", 48))
+    assert tries.count(48) == 1 and 55 in tries
+
+
+def test_a_repeat_that_fails_at_the_smallest_batch_gives_zero():
+    assert bench_suite.repeated_largest_batch(lambda n: n == 1, lambda n: False, 1, 8,
+                                              lambda good: 1) == 0

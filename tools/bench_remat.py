@@ -7,6 +7,8 @@ allocator and its options are chosen once per process):
   baseline    pyalloc, no eviction (the budget is a hard cap; nothing is recomputed)
   checkpoint  torch.utils.checkpoint (non-reentrant) around every block, no eviction
   dtr, dte, window   policy="recompute" with that victim strategy
+  floor       not a strategy: the budget below which no victim choice can train, measured
+              on one unconstrained run under the registry (see Worker.floor)
 
 Figures, all against the baseline's peak reserved bytes P at the task's default batch:
 
@@ -52,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pyalloc.bench_suite import TooSlow, _too_slow, largest_batch  # noqa: E402
 
 STRATEGIES = ("dtr", "dte", "window")
-CONFIGS = ("baseline", "checkpoint") + STRATEGIES
+CONFIGS = ("baseline", "checkpoint") + STRATEGIES + ("floor",)
 
 
 # --- worker: one configuration, in its own process ------------------------------------------
@@ -62,9 +64,9 @@ class Worker:
                  engine_options: Optional[Dict[str, str]] = None) -> None:
         import pyalloc
 
-        policy = "recompute" if config in STRATEGIES else "none"
+        policy = "recompute" if config in STRATEGIES + ("floor",) else "none"
         options = dict(engine_options or {})
-        if policy == "recompute":
+        if config in STRATEGIES:
             options["evict_strategy"] = config
         self.device = pyalloc.install(device=device, policy=policy, **options)
         import torch
@@ -213,6 +215,51 @@ class Worker:
         return {"us_per_op": (with_reg - plain) / chain_ops * 1e6, "chain_ops": chain_ops,
                 "ops_per_step": ops, "step_on_s": min(on), "step_off_s": min(off)}
 
+    def floor(self, capacity: int, steps: int = 3) -> Dict[str, Any]:
+        """The least memory any eviction strategy needs: the most, over every op of
+        ``steps`` unconstrained steps, of what could not have been dropped while it ran.
+
+        At an op, whatever strategy chose the victims, three things are on the device: the
+        storages nothing may drop (parameters, gradients, optimizer state, inputs, tensors
+        below ``min_bytes``, frozen ones: everything not a recomputable registered
+        storage), the op's own inputs, and what the op allocates while it runs (outputs and
+        scratch). So ``peak allocated during the op - bytes of recomputable storages the op
+        does not read`` bounds every strategy's budget from below. It ignores placement (a
+        real allocator also loses bytes to fragmentation and 2 MiB segments) and recompute
+        chains (restoring an input needs its own inputs too), so no strategy can reach it;
+        how close one gets is what is left for victim choice to win.
+        """
+        reg = self.registry.active()
+        engine = self.engine
+        mode = type(reg)
+        dispatch = mode.__torch_dispatch__
+        from pyalloc.registry import _key, _tensors
+
+        worst: Dict[str, Any] = {"bytes": 0}
+
+        def measured(self_, func, types, args=(), kwargs=None):
+            reads = {_key(t) for t in _tensors(args, kwargs or {})}
+            droppable = sum(n.nbytes for n in self_.nodes.values()
+                            if n.steps is not None and not (n.evicted or n.fixed)
+                            and n.key not in reads)
+            engine.reset_peak_stats()
+            out = dispatch(self_, func, types, args, kwargs)
+            during = engine.stats()["allocated_bytes.all.peak"]
+            if during - droppable > worst["bytes"]:
+                worst.update(bytes=during - droppable, op=str(func), allocated=during,
+                             droppable=droppable)
+            return out
+
+        mode.__torch_dispatch__ = measured
+        try:
+            run = self.trial(capacity, self.batch, steps)
+        finally:
+            mode.__torch_dispatch__ = dispatch
+        if run is None:
+            raise RuntimeError("the unconstrained run did not train")
+        worst["peak_reserved"] = run["peak_reserved"]   # of the same run, for scale
+        return worst
+
     def min_budget(self, peak: int, lo: float = 0.05, hi: float = 1.0, steps: int = 3) -> Optional[float]:
         if self.trial(int(hi * peak), self.batch, steps) is None:
             hi = 1.5
@@ -249,9 +296,15 @@ def worker_main(args: argparse.Namespace) -> None:
     out["unconstrained"] = free
     if free:   # a trial of up to ~6 steps may take 10x the unconstrained time, at least 10 s
         w.time_limit = max(10.0, 10 * 6 * free["step_s"])
-    out["overhead"] = w.overhead_per_op(unlimited, max(args.steps, 6))
     peak = args.peak or (free["peak_reserved"] if free else None)
     out["peak"] = peak
+    if w.config == "floor":
+        out["overhead"] = None
+        out["floor"] = w.floor(unlimited)
+        out["min_budget"] = out["floor"]["bytes"] / peak if peak else None
+        print("RESULT " + json.dumps(out), flush=True)
+        return
+    out["overhead"] = w.overhead_per_op(unlimited, max(args.steps, 6))
     if peak:
         out["min_budget"] = w.min_budget(peak)
         if out["min_budget"] and w.config != "baseline":
@@ -316,6 +369,13 @@ def table(results: List[Dict[str, Any]]) -> str:
                 rows.append(f"| {task} | {config} | error: {r['error'].splitlines()[-1][:80]} |||||||")
                 continue
             mb = r.get("min_budget")
+            if config == "floor":
+                f = r.get("floor") or {}
+                rows.append(f"| {task} | floor (no strategy below) | {mb:.2f} | — | — | — | — | "
+                            f"at {f.get('op', '?')}: {f.get('allocated', 0) / 2**20:.1f} MiB "
+                            f"allocated, {f.get('droppable', 0) / 2**20:.1f} MiB of it "
+                            f"droppable |" if mb else f"| {task} | floor | — |||||||")
+                continue
             at5 = r.get("at_0.5")
             per_step = (f"{at5['evictions_per_step']:.0f} / {at5['recomputes_per_step']:.0f}"
                         if at5 else "—")
