@@ -302,6 +302,11 @@ char* pyalloc_engine_snapshot_json(pyalloc_engine* engine) {
   return to_c_string(engine->snapshot_json());
 }
 
+char* pyalloc_engine_last_oom_json(pyalloc_engine* engine) {
+  if (!engine) return fail("engine handle is NULL"), nullptr;
+  return to_c_string(engine->last_oom_json());
+}
+
 char* pyalloc_engine_options(pyalloc_engine* engine) {
   if (!engine) return fail("engine handle is NULL"), nullptr;
   return to_c_string(engine->options().to_string());

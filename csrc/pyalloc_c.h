@@ -68,6 +68,9 @@ PYALLOC_API int pyalloc_engine_set_budget(pyalloc_engine* engine, uint64_t bytes
 PYALLOC_API int pyalloc_engine_set_memory_fraction(pyalloc_engine* engine, double fraction);
 PYALLOC_API char* pyalloc_engine_stats_json(pyalloc_engine* engine);
 PYALLOC_API char* pyalloc_engine_snapshot_json(pyalloc_engine* engine);
+/* The snapshot taken at the last out-of-memory failure, with an "oom" object (size,
+ * rounded, stream, report); "" if there has been none. */
+PYALLOC_API char* pyalloc_engine_last_oom_json(pyalloc_engine* engine);
 /* The options the engine runs with, normalized ("budget:...,sim_capacity:...,..."). */
 PYALLOC_API char* pyalloc_engine_options(pyalloc_engine* engine);
 /* 0: every invariant holds; 1: violated (description in pyalloc_last_error). */

@@ -52,6 +52,7 @@ _SIGNATURES = {
     "pyalloc_engine_set_memory_fraction": (_c.c_int, [_engine_p, _c.c_double]),
     "pyalloc_engine_stats_json": (_c.c_void_p, [_engine_p]),
     "pyalloc_engine_snapshot_json": (_c.c_void_p, [_engine_p]),
+    "pyalloc_engine_last_oom_json": (_c.c_void_p, [_engine_p]),
     "pyalloc_engine_options": (_c.c_void_p, [_engine_p]),
     "pyalloc_engine_check_invariants": (_c.c_int, [_engine_p]),
     "pyalloc_engine_reset_peak_stats": (_c.c_int, [_engine_p]),

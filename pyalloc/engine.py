@@ -200,6 +200,14 @@ class Engine:
         """Segments and their blocks, in address order."""
         return json.loads(_lib.take_string(_lib.lib().pyalloc_engine_snapshot_json(self.handle)))
 
+    def last_oom_snapshot(self) -> Optional[Dict[str, Any]]:
+        """The snapshot taken when the last out-of-memory error was raised, with ``"oom"``:
+        the request's ``size`` and ``rounded`` bytes, its ``stream`` and the error's
+        ``report``; None if there has been none. By the time the error reaches Python, the
+        failed op's other temporaries are freed: this is the layout that failed."""
+        text = _lib.take_string(_lib.lib().pyalloc_engine_last_oom_json(self.handle))
+        return json.loads(text) if text else None
+
     @property
     def options_string(self) -> str:
         """The options this engine runs with, normalized: ``"budget:...,sim_capacity:..."``."""

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 from . import _lib, files
 from .engine import Engine
+from .errors import PyallocError
 
 _TORCH_DIRS = (os.path.dirname(os.path.dirname(__file__)),)  # filled lazily with torch's
 
@@ -41,15 +42,26 @@ def _state(engine: Engine) -> Dict[str, Any]:
 
 
 def save_snapshot(path: Union[str, "os.PathLike[str]"],
-                  engine: Union[Engine, int, None] = None) -> str:
+                  engine: Union[Engine, int, None] = None, at_oom: bool = False) -> str:
     """Writes the engine's segments, blocks and stats to ``path`` (a pyalloc snapshot).
 
     ``engine``: an :class:`Engine`, a device index, or None for the installed engine of
-    the current device.
+    the current device. ``at_oom``: the layout when the last out-of-memory error was
+    raised instead of now, with the failed request (``pyalloc-stats report`` says whether
+    free and evictable bytes covered it). The stats are today's: counters and peaks.
     """
     eng = _resolve(engine)
+    if at_oom:
+        layout = eng.last_oom_snapshot()
+        if layout is None:
+            raise PyallocError(
+                "pyalloc: save_snapshot(at_oom=True): this engine has not run out of memory "
+                "yet, so there is no layout to save. Call it after catching "
+                "torch.OutOfMemoryError, or drop at_oom to save the layout now.")
+    else:
+        layout = eng.snapshot()
     doc = {"format": files.SNAPSHOT, "version": files.VERSION, "time": files.now_iso(),
-           **eng.snapshot(), "stats": _stats(eng)}
+           **layout, "stats": _stats(eng)}
     return str(files.save(path, doc))
 
 

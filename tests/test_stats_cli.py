@@ -355,6 +355,43 @@ def test_report_of_a_snapshot_shows_every_section(tmp_path, capsys, engine):
         engine.free(p)
 
 
+def test_a_snapshot_at_an_oom_keeps_the_layout_that_failed(tmp_path, capsys, make_engine):
+    import pyalloc
+    from pyalloc.errors import PyallocError
+
+    engine = make_engine(budget="8MiB", stitch="false")
+    assert engine.last_oom_snapshot() is None
+    with pytest.raises(PyallocError, match="has not run out of memory yet.*after catching"):
+        pyalloc.save_snapshot(tmp_path / "none.json", engine=engine, at_oom=True)
+    # One 8 MiB segment, cut into four 2 MiB blocks; the first and third freed: 4 MiB free,
+    # no 4 MiB of it contiguous, and (stitching off) no way to join it.
+    engine.free(engine.alloc(8 * MiB))
+    ptrs = [engine.alloc(2 * MiB) for _ in range(4)]
+    engine.set_evictable(ptrs[3], 7)
+    engine.free(ptrs[0])
+    engine.free(ptrs[2])
+    with pytest.raises(OutOfMemoryError) as raised:
+        engine.alloc(4 * MiB)
+    engine.free(ptrs[1])   # the layout changes after the error, as a failed op's unwinding does
+    oom = engine.last_oom_snapshot()
+    assert oom["oom"]["size"] == oom["oom"]["rounded"] == 4 * MiB
+    assert oom["oom"]["report"] == str(raised.value)
+    (seg,) = oom["segments"]
+    assert [(b["size"], b["state"], b["evictable"]) for b in seg["blocks"]] == [
+        (2 * MiB, "inactive", False), (2 * MiB, "active_allocated", False),
+        (2 * MiB, "inactive", False), (2 * MiB, "active_allocated", True)]
+    assert [b["state"] for b in engine.snapshot()["segments"][0]["blocks"]] == [
+        "inactive", "active_allocated"]   # now: the freed block merged with its neighbours
+    path = pyalloc.save_snapshot(tmp_path / "oom.json", engine=engine, at_oom=True)
+    code, out, err = run_cli(capsys, "report", path)
+    assert code == 0 and err == ""
+    section = out.split("Out of memory when this snapshot was taken")[1]
+    assert "4 MiB" in section and "placement" in section
+    assert "external fragmentation" in section   # the report's own lines, as notes
+    assert "evictable" in out.split("Segments")[0]
+    engine.free(ptrs[3])
+
+
 def test_report_json_has_the_figures_and_top_limits_the_ranking(tmp_path, capsys):
     layout = two_segment_layout()
     layout["segments"].append(segment(0x30000000, [block("inactive", 64 * KiB),

@@ -162,6 +162,27 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
   ++pool_.stats().num_ooms;
   trace_.record(TraceAction::kOom, 0, rounded, size, stream);
   *error = oom_report_locked(size, rounded, stream);
+  // The layout now, while it still holds what the request could not get past (a copy of
+  // the pool as JSON: OOMs are rare, and the bisections that provoke many pay a few
+  // microseconds per segment). The report goes in as a JSON string.
+  std::string report;
+  for (char c : *error) {
+    if (c == '"' || c == '\\') {
+      report += '\\';
+      report += c;
+    } else if (c == '\n') {
+      report += "\\n";
+    } else if (static_cast<unsigned char>(c) >= 0x20) {
+      report += c;
+    }
+  }
+  std::string snapshot = snapshot_json_locked();
+  snapshot.pop_back();  // the closing brace: the oom object goes inside
+  char head[160];
+  std::snprintf(head, sizeof head,
+                ",\"oom\":{\"size\":%zu,\"rounded\":%zu,\"stream\":%" PRIuPTR ",\"report\":\"",
+                size, rounded, stream);
+  last_oom_json_ = snapshot + head + report + "\"}}";
   after_op_locked();
   return nullptr;
 }
@@ -367,6 +388,15 @@ std::string Engine::stats_json() {
 
 std::string Engine::snapshot_json() {
   std::lock_guard<std::mutex> lock(mutex_);
+  return snapshot_json_locked();
+}
+
+std::string Engine::last_oom_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_oom_json_;
+}
+
+std::string Engine::snapshot_json_locked() const {
   std::string pool = pool_.snapshot_json();
   char head[256];
   std::snprintf(head, sizeof head,

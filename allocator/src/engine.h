@@ -63,6 +63,11 @@ class Engine {
 
   std::string stats_json();
   std::string snapshot_json();
+  // The snapshot taken when the last out-of-memory failure was reported, with an "oom"
+  // object (the request and the report); "" if none has happened. What the pool looked
+  // like at the failure is gone by the time the exception reaches the caller: the failed
+  // op's other temporaries are freed while it unwinds.
+  std::string last_oom_json();
   std::string check_invariants();
   void reset_peak_stats();
   void reset_accumulated_stats();
@@ -191,6 +196,7 @@ class Engine {
   bool compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded, StreamId stream,
                       PoolKind kind);
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
+  std::string snapshot_json_locked() const;
   // Counts, traces and reports an OOM; returns nullptr for malloc to return.
   void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
                         std::string* error);
@@ -241,6 +247,7 @@ class Engine {
   std::vector<EventId> spare_events_;  // guarded by mutex_
   std::vector<RetiredRange> retired_ranges_;  // guarded by mutex_
   TraceRing trace_;                    // guarded by mutex_
+  std::string last_oom_json_;          // guarded by mutex_; last_oom_json()
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch

@@ -686,6 +686,13 @@ std::string Pool::check_invariants() const {
   return "";
 }
 
+namespace {
+// The registry offered it and nothing has taken it back (evictor.cpp's test).
+bool evictable_now(const Block* b) {
+  return b->state == BlockState::kAllocated && b->evict_handle != 0;
+}
+}  // namespace
+
 std::string Pool::snapshot_json() const {
   std::string out = "{\"segments\":[";
   char buf[256];
@@ -710,9 +717,9 @@ std::string Pool::snapshot_json() const {
       long long stream = b->stream == kAnyStream ? -1 : static_cast<long long>(b->stream);
       std::snprintf(buf, sizeof buf,
                     "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
-                    "\"state\":\"%s\",\"stream\":%lld}",
+                    "\"state\":\"%s\",\"stream\":%lld,\"evictable\":%s}",
                     b == seg->first ? "" : ",", b->addr, b->size, b->requested,
-                    state_name(b->state), stream);
+                    state_name(b->state), stream, evictable_now(b) ? "true" : "false");
       out += buf;
     }
     out += "]}";
@@ -726,8 +733,9 @@ std::string Pool::snapshot_json() const {
     long long stream = sb->stream == kAnyStream ? -1 : static_cast<long long>(sb->stream);
     std::snprintf(buf, sizeof buf,
                   "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
-                  "\"stream\":%lld,\"pieces\":[",
-                  first_range ? "" : ",", sb->addr, sb->size, sb->requested, stream);
+                  "\"stream\":%lld,\"evictable\":%s,\"pieces\":[",
+                  first_range ? "" : ",", sb->addr, sb->size, sb->requested, stream,
+                  evictable_now(sb) ? "true" : "false");
     out += buf;
     first_range = false;
     bool first_piece = true;

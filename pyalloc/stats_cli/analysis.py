@@ -216,12 +216,13 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
     Returns
     -------
     dict
-        ``totals`` (bytes reserved, allocated, active, awaiting, requested, cached free;
-        segments, blocks, budget), ``utilization``, ``current_utilization``,
+        ``totals`` (bytes reserved, allocated, active, awaiting, requested, evictable
+        (None when the file does not say), cached free; segments, blocks, budget), ``utilization``, ``current_utilization``,
         ``external_fragmentation``, ``largest_free_block``, ``segments`` (per segment, by
         address, see :func:`segment_figures`), ``histogram`` (:func:`block_histogram`),
         ``most_fragmented`` (:func:`most_fragmented`) and ``counters``
-        (:func:`reclaim_counters`).
+        (:func:`reclaim_counters`); ``oom``: the failed request of a snapshot taken at an
+        out-of-memory error, else None.
 
     Current figures come from the blocks, so they hold for any layout, with or without
     stats. ``utilization`` follows docs/stats.md (peak allocated / peak reserved) when the
@@ -251,12 +252,20 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         "most_fragmented": most_fragmented(segments),
         "counters": reclaim_counters(stats),
         "has_stats": bool(stats),
+        # Present in a snapshot taken at an out-of-memory failure (save_snapshot(at_oom=True)).
+        "oom": snapshot.get("oom"),
     }
 
 
 def _totals(snapshot: Dict[str, Any], segments: List[Dict[str, Any]]) -> Dict[str, Any]:
-    requested = sum(block.get("requested_size", 0) for seg in snapshot["segments"]
-                    for block in seg["blocks"] if block["state"] == ALLOCATED)
+    blocks = [block for seg in snapshot["segments"] for block in seg["blocks"]]
+    requested = sum(block.get("requested_size", 0) for block in blocks
+                    if block["state"] == ALLOCATED)
+    # Files written before blocks carried "evictable" say nothing about it: None, not 0.
+    marked = [block for block in blocks if "evictable" in block]
+    marked += [r for r in snapshot.get("stitched", []) if "evictable" in r]
+    evictable = (sum(block["size"] for block in marked if block["evictable"])
+                 if marked else None)
     reserved = sum(s["total_size"] for s in segments)
     allocated = sum(s["allocated_bytes"] for s in segments)
     active = sum(s["active_bytes"] for s in segments)
@@ -266,6 +275,7 @@ def _totals(snapshot: Dict[str, Any], segments: List[Dict[str, Any]]) -> Dict[st
         "active_bytes": active,
         "awaiting_bytes": active - allocated,
         "requested_bytes": requested,
+        "evictable_bytes": evictable,
         "cached_free_bytes": reserved - active,
         "largest_free_block": max((s["largest_free_block"] for s in segments), default=0),
         "segments": len(segments),

@@ -82,6 +82,8 @@ def warnings_of(a: Dict[str, Any]) -> List[str]:
 def report_sections(a: Dict[str, Any], name: str, max_segments: int = 40) -> List[Section]:
     snap = a["final"] if a["kind"] == "trace" else a
     sections = [totals_section(snap, name)]
+    if snap.get("oom"):
+        sections.append(oom_section(snap))
     if a["kind"] == "trace":
         sections += trace_sections(a)
     sections += [segments_section(snap["segments"], max_segments),
@@ -106,6 +108,7 @@ def totals_section(snap: Dict[str, Any], name: str) -> Section:
         ("active", f"{_bytes_exact(t['active_bytes'])}, of which awaiting "
                    f"{format_bytes(t['awaiting_bytes'])}"),
         ("requested", _bytes_exact(t["requested_bytes"])),
+        ("evictable", _bytes_exact(t.get("evictable_bytes"))),
         ("cached free", _bytes_exact(t["cached_free_bytes"])),
         ("utilization", f"{format_ratio(snap['utilization'])} (from {snap['utilization_source']})"),
         ("allocated / reserved now", format_ratio(snap["current_utilization"])),
@@ -113,6 +116,22 @@ def totals_section(snap: Dict[str, Any], name: str) -> Section:
         ("largest free block", _bytes_exact(snap["largest_free_block"])),
         ("segments / blocks", f"{t['segments']} / {t['blocks']}"),
     ])
+
+
+def oom_section(snap: Dict[str, Any]) -> Section:
+    """The request that failed when this snapshot was taken, and whether the bytes were
+    there: free and evictable memory that covers it means placement failed, not capacity."""
+    oom, t = snap["oom"], snap["totals"]
+    headroom = max(0, (t["budget_bytes"] or 0) - t["reserved_bytes"])
+    there = t["cached_free_bytes"] + (t["evictable_bytes"] or 0) + headroom
+    verdict = ("yes: the bytes were there, in pieces (placement)" if there >= oom["rounded"]
+               else "no: the bytes were not there (capacity)")
+    rows = [("request", f"{_bytes_exact(oom['size'])}, rounded to {_bytes_exact(oom['rounded'])}"),
+            ("stream", str(oom["stream"])),
+            ("free + evictable + headroom", _bytes_exact(there)),
+            ("covered the request", verdict)]
+    return Section("Out of memory when this snapshot was taken", rows,
+                   notes=[line.strip() for line in oom.get("report", "").splitlines()[1:]])
 
 
 def trace_sections(a: Dict[str, Any]) -> List[Section]:
