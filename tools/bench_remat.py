@@ -26,8 +26,9 @@ Figures, all against the baseline's peak reserved bytes P at the task's default 
   op overhead the registry's cost per aten op, in the same process: on a chain of cheap ops
               whose every output is recorded (the worst case: each op also makes a node, is
               watched, and its output evicted eagerly when the next op drops it), forward and
-              backward, registry on vs off; and the ratio of the model's unconstrained step
-              time with the registry on and off
+              backward, registry on vs off; beside it, what a dispatch mode that does nothing
+              but call the op costs on the same chain (the floor of any Python registry); and
+              the ratio of the model's unconstrained step time with the registry on and off
 
     python tools/bench_remat.py                         # simulated device: mlp, cnn, transformer
     python tools/bench_remat.py --device cuda --tasks cnn transformer resnet50 gpt2
@@ -207,12 +208,27 @@ class Worker:
                 best = min(best, time.perf_counter() - start)
             return best
 
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Bare(TorchDispatchMode):
+            """Intercepts every op and does nothing else: what any Python dispatch mode
+            costs before its first line of bookkeeping."""
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        def bare_chain() -> float:
+            with Bare():
+                return chain()
+
         chain()   # warm-up
         n0 = reg._ops
         with_reg = chain()
         chain_ops = (reg._ops - n0) / 20
         plain = without_registry(chain)
+        bare = without_registry(bare_chain)
         return {"us_per_op": (with_reg - plain) / chain_ops * 1e6, "chain_ops": chain_ops,
+                "bare_mode_us_per_op": (bare - plain) / chain_ops * 1e6,
                 "ops_per_step": ops, "step_on_s": min(on), "step_off_s": min(off)}
 
     def floor(self, capacity: int, steps: int = 3) -> Dict[str, Any]:
@@ -382,8 +398,10 @@ def table(results: List[Dict[str, Any]]) -> str:
             overhead = "—"
             o = r.get("overhead")
             if o:
-                overhead = (f"{o['us_per_op']:.1f} µs; step {o['step_on_s'] / o['step_off_s']:.2f}x "
-                            f"({o['ops_per_step']:.0f} ops)")
+                bare = (f" (a bare dispatch mode: {o['bare_mode_us_per_op']:.1f} µs)"
+                        if "bare_mode_us_per_op" in o else "")
+                overhead = (f"{o['us_per_op']:.1f} µs{bare}; step "
+                            f"{o['step_on_s'] / o['step_off_s']:.2f}x ({o['ops_per_step']:.0f} ops)")
             batch = r.get("max_batch") or 0
             capped = "≥" if batch >= 8 * r.get("batch", 1) else ""
             gaps = r.get("fails_above_min") or []
