@@ -111,12 +111,13 @@ def largest_batch(trains: Callable[[int], bool], start: int, limit: int,
 
 def repeated_largest_batch(trains: Callable[[int], bool], again: Callable[[int], bool],
                            start: int, limit: int, resolution: Callable[[int], int]) -> int:
-    """:func:`largest_batch`, with its answer trained a second time (``again``). A batch at
-    the edge of the budget can train once and fail the next time, since the layout
-    depends on when asynchronous copies finish. On the simulated device the UNet under swap
-    at 3x its batch trained in the search and then failed in most tries by hand
-    (BENCHMARKS.md). An answer that does not repeat counts as failing, and the search goes
-    on below it. Each batch is tried once by ``trains`` (results are kept)."""
+    """:func:`largest_batch`, with its answer trained a second time (``again``). Under
+    eviction a batch at the edge of the budget can train once and fail the next time: the
+    layout, and so the outcome, depends on what ran before and, with swapping, on when
+    copies finish. An answer that does not repeat counts as failing, and the search goes
+    on below it. Each batch is tried once by ``trains`` (results are kept). A repeat in the
+    same process does not catch a dependence on the process's history (BENCHMARKS.md: the
+    UNet under swap)."""
     seen: Dict[int, bool] = {}
 
     def probe(n: int) -> bool:

@@ -217,8 +217,8 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
     -------
     dict
         ``totals`` (bytes reserved, allocated, active, awaiting, requested, evictable
-        (None when the file does not say), cached free; segments, blocks, budget), ``utilization``, ``current_utilization``,
-        ``external_fragmentation``, ``largest_free_block``, ``segments`` (per segment, by
+        (None when the file does not say), cached free; segments, blocks, budget),
+        ``utilization``, ``current_utilization``, ``external_fragmentation``, ``largest_free_block``, ``segments`` (per segment, by
         address, see :func:`segment_figures`), ``histogram`` (:func:`block_histogram`),
         ``most_fragmented`` (:func:`most_fragmented`) and ``counters``
         (:func:`reclaim_counters`); ``oom``: the failed request of a snapshot taken at an
