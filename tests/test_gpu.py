@@ -109,7 +109,7 @@ def test_cross_stream_reuse_never_corrupts():
     """)
 
 
-def test_oom_under_budget_reports_and_recovers():
+def test_oom_under_budget_reports_and_recovers(tmp_path):
     out = run_in_subprocess("""
         import torch, pyalloc
         pyalloc.install(device="cuda", budget="1GiB")
@@ -123,8 +123,16 @@ def test_oom_under_budget_reports_and_recovers():
         assert small.sum().item() == 16 << 20
         pyalloc.check_invariants()
         assert pyalloc.memory_stats()["num_ooms"] == 1
-    """)
-    assert "oom reported" in out
+        # The layout the request failed in, kept by the engine (the 64 MiB tensor came later).
+        import json
+        doc = json.load(open(pyalloc.save_snapshot({path!r}, at_oom=True)))
+        assert doc["oom"]["size"] == 768 << 20 and doc["backend"] == "cuda", doc["oom"]
+        live = sum(b["size"] for seg in doc["segments"] for b in seg["blocks"]
+                   if b["state"] == "active_allocated")
+        assert 512 << 20 <= live < 768 << 20, live   # `keep`, and nothing of the failed request
+        print("oom snapshot ok")
+    """.format(path=str(tmp_path / "oom.json")))
+    assert "oom reported" in out and "oom snapshot ok" in out
 
 
 def test_install_after_cuda_init_says_what_to_do():
