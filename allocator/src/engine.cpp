@@ -400,8 +400,10 @@ std::string Engine::snapshot_json_locked() const {
   std::string pool = pool_.snapshot_json();
   char head[256];
   std::snprintf(head, sizeof head,
-                "{\"device\":%d,\"backend\":\"%s\",\"budget_bytes\":%zu,",
-                backend_->device(), backend_->name(), budget_);
+                "{\"device\":%d,\"backend\":\"%s\",\"budget_bytes\":%zu,\"evicting\":%s,"
+                "\"stitching\":%s,",
+                backend_->device(), backend_->name(), budget_,
+                evict_callback_ ? "true" : "false", stitches(PoolKind::kLarge) ? "true" : "false");
   return head + pool.substr(1);  // splice the pool's object into ours
 }
 

@@ -254,7 +254,43 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         "has_stats": bool(stats),
         # Present in a snapshot taken at an out-of-memory failure (save_snapshot(at_oom=True)).
         "oom": snapshot.get("oom"),
+        # Whether an eviction policy was active (files before 2026-11-23 do not say).
+        "evicting": snapshot.get("evicting"),
+        "stitching": snapshot.get("stitching"),
+        "clearable_chunk_bytes": clearable_chunk_bytes(
+            snapshot, evicting=snapshot.get("evicting") is not False),
     }
+
+
+STITCH_CHUNK = 2 << 20   # what stitching maps: CUDA's VMM granularity, and the simulated device's
+SMALL_REQUEST = 1 << 20  # requests up to this size come from the small pool, never stitched
+
+
+def clearable_chunk_bytes(snapshot: Dict[str, Any], evicting: bool = True,
+                          chunk: int = STITCH_CHUNK) -> int:
+    """Bytes of whole ``chunk``-aligned ranges that hold only free blocks (and, with
+    ``evicting``, evictable ones): what evicting everything evictable and stitching every
+    free run could hand a large request. Pieces smaller than a chunk are not counted."""
+    total = 0
+    for seg in snapshot["segments"]:
+        if seg.get("segment_type") == "persistent":
+            continue
+        blocks = seg["blocks"]
+        end = seg["address"] + seg["total_size"]
+        start = -(-seg["address"] // chunk) * chunk
+        i = 0
+        for c in range(start, end - chunk + 1, chunk):
+            while i < len(blocks) and blocks[i]["address"] + blocks[i]["size"] <= c:
+                i += 1
+            j, clear = i, True
+            while j < len(blocks) and blocks[j]["address"] < c + chunk:
+                b = blocks[j]
+                if not (b["state"] == FREE or (evicting and b.get("evictable"))):
+                    clear = False
+                    break
+                j += 1
+            total += chunk if clear else 0
+    return total
 
 
 def _totals(snapshot: Dict[str, Any], segments: List[Dict[str, Any]]) -> Dict[str, Any]:

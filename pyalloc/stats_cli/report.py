@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from .analysis import analyze
+from .analysis import SMALL_REQUEST, STITCH_CHUNK, analyze
 from .common import (format_address, format_bytes, format_power_of_two, format_ratio,
                      load_document)
 from .render import Section, print_sections
@@ -123,13 +123,34 @@ def oom_section(snap: Dict[str, Any]) -> Section:
     there: free and evictable memory that covers it means placement failed, not capacity."""
     oom, t = snap["oom"], snap["totals"]
     headroom = max(0, (t["budget_bytes"] or 0) - t["reserved_bytes"])
-    there = t["cached_free_bytes"] + (t["evictable_bytes"] or 0) + headroom
-    verdict = ("yes: the bytes were there, in pieces (placement)" if there >= oom["rounded"]
-               else "no: the bytes were not there (capacity)")
+    # Evictable bytes count only where an eviction policy could have freed them.
+    evictable = (t["evictable_bytes"] or 0) if snap.get("evicting") is not False else 0
+    there = t["cached_free_bytes"] + evictable + headroom
     rows = [("request", f"{_bytes_exact(oom['size'])}, rounded to {_bytes_exact(oom['rounded'])}"),
             ("stream", str(oom["stream"])),
-            ("free + evictable + headroom", _bytes_exact(there)),
-            ("covered the request", verdict)]
+            ("free + evictable + headroom" if snap.get("evicting") is not False
+             else "free + headroom (no eviction policy)", _bytes_exact(there))]
+    if there < oom["rounded"]:
+        verdict = "no: the bytes were not there (capacity)"
+    elif oom["rounded"] <= SMALL_REQUEST:
+        verdict = "yes: the bytes were there, in pieces (placement)"
+    else:
+        # A large request can also be stitched from whole chunks: count those.
+        chunk = STITCH_CHUNK
+        whole = snap["clearable_chunk_bytes"] + headroom // chunk * chunk
+        needed = -(-oom["rounded"] // chunk) * chunk
+        rows.append((f"of it in whole {format_bytes(chunk)} chunks", _bytes_exact(whole)))
+        if whole < needed:
+            verdict = (f"in bytes yes, in whole chunks no ({format_bytes(whole)} of the "
+                       f"{format_bytes(needed)} stitching needs): the rest is pieces smaller "
+                       "than a chunk between blocks that stay")
+        elif snap.get("stitching") is False:
+            verdict = ("yes, even in whole chunks: stitching would have served it, and it is "
+                       "off (option stitch)")
+        else:
+            verdict = ("yes, even in whole chunks: the engine should have served it; "
+                       "please report this file")
+    rows.append(("covered the request", verdict))
     return Section("Out of memory when this snapshot was taken", rows,
                    notes=[line.strip() for line in oom.get("report", "").splitlines()[1:]])
 
