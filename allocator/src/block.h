@@ -139,6 +139,11 @@ inline bool free_for(const Block* b, StreamId stream) {
   return b->state == BlockState::kFree && (b->stream == stream || b->stream == kAnyStream);
 }
 
+// An allocated block the registry has offered for eviction and not taken back.
+inline bool evictable(const Block* b) {
+  return b->state == BlockState::kAllocated && b->evict_handle != 0;
+}
+
 struct Segment {
   std::uintptr_t addr = 0;
   std::size_t size = 0;

@@ -165,24 +165,13 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
   // The layout now, while it still holds what the request could not get past (a copy of
   // the pool as JSON: OOMs are rare, and the bisections that provoke many pay a few
   // microseconds per segment). The report goes in as a JSON string.
-  std::string report;
-  for (char c : *error) {
-    if (c == '"' || c == '\\') {
-      report += '\\';
-      report += c;
-    } else if (c == '\n') {
-      report += "\\n";
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      report += c;
-    }
-  }
   std::string snapshot = snapshot_json_locked();
   snapshot.pop_back();  // the closing brace: the oom object goes inside
   char head[160];
   std::snprintf(head, sizeof head,
                 ",\"oom\":{\"size\":%zu,\"rounded\":%zu,\"stream\":%" PRIuPTR ",\"report\":\"",
                 size, rounded, stream);
-  last_oom_json_ = snapshot + head + report + "\"}}";
+  last_oom_json_ = snapshot + head + json_escape(*error) + "\"}}";
   after_op_locked();
   return nullptr;
 }

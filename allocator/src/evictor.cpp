@@ -8,10 +8,6 @@
 namespace pyalloc {
 namespace {
 
-bool evictable(const Block* b) {
-  return b->state == BlockState::kAllocated && b->evict_handle != 0;
-}
-
 double staleness(const Block* b, std::uint64_t clock) {
   return static_cast<double>(clock - std::min(clock, b->last_use)) + 1.0;
 }

@@ -22,15 +22,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string json_escape(const char* s) {
-  std::string out;
-  for (; *s; ++s) {
-    if (*s == '"' || *s == '\\') out += '\\';
-    out += *s;
-  }
-  return out;
-}
-
 // Parses a plain decimal number, rejecting trailing junk, NaN and infinities.
 bool parse_number(const std::string& text, double* value, std::string* rest) {
   const char* begin = text.c_str();
@@ -241,6 +232,21 @@ bool parse_size(const std::string& text, std::size_t* bytes) {
     return true;
   }
   return false;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (static_cast<unsigned char>(c) >= 0x20) {
+      out += c;   // other control characters are dropped
+    }
+  }
+  return out;
 }
 
 std::string format_bytes(std::size_t bytes) {

@@ -130,6 +130,8 @@ struct Options {
 bool parse_size(const std::string& text, std::size_t* bytes);
 // 1536 -> "1.50 KiB"
 std::string format_bytes(std::size_t bytes);
+// `s` as the inside of a JSON string: quotes and backslashes escaped, newlines as \n.
+std::string json_escape(const std::string& s);
 const char* strategy_name(EvictStrategy s);
 // 0x7f3a00000000, for messages
 std::string format_address(std::uintptr_t address);

@@ -686,13 +686,6 @@ std::string Pool::check_invariants() const {
   return "";
 }
 
-namespace {
-// The registry offered it and nothing has taken it back (evictor.cpp's test).
-bool evictable_now(const Block* b) {
-  return b->state == BlockState::kAllocated && b->evict_handle != 0;
-}
-}  // namespace
-
 std::string Pool::snapshot_json() const {
   std::string out = "{\"segments\":[";
   char buf[256];
@@ -719,7 +712,7 @@ std::string Pool::snapshot_json() const {
                     "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
                     "\"state\":\"%s\",\"stream\":%lld,\"evictable\":%s}",
                     b == seg->first ? "" : ",", b->addr, b->size, b->requested,
-                    state_name(b->state), stream, evictable_now(b) ? "true" : "false");
+                    state_name(b->state), stream, evictable(b) ? "true" : "false");
       out += buf;
     }
     out += "]}";
@@ -735,7 +728,7 @@ std::string Pool::snapshot_json() const {
                   "%s{\"address\":%" PRIuPTR ",\"size\":%zu,\"requested_size\":%zu,"
                   "\"stream\":%lld,\"evictable\":%s,\"pieces\":[",
                   first_range ? "" : ",", sb->addr, sb->size, sb->requested, stream,
-                  evictable_now(sb) ? "true" : "false");
+                  evictable(sb) ? "true" : "false");
     out += buf;
     first_range = false;
     bool first_piece = true;

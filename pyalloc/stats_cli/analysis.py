@@ -257,8 +257,10 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         # Whether an eviction policy was active (files before 2026-11-23 do not say).
         "evicting": snapshot.get("evicting"),
         "stitching": snapshot.get("stitching"),
+        # Only the OOM section reads it: a walk over every chunk is not paid for elsewhere.
         "clearable_chunk_bytes": clearable_chunk_bytes(
-            snapshot, evicting=snapshot.get("evicting") is not False),
+            snapshot, evicting=snapshot.get("evicting") is not False)
+        if snapshot.get("oom") else None,
     }
 
 

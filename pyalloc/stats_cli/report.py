@@ -124,11 +124,11 @@ def oom_section(snap: Dict[str, Any]) -> Section:
     oom, t = snap["oom"], snap["totals"]
     headroom = max(0, (t["budget_bytes"] or 0) - t["reserved_bytes"])
     # Evictable bytes count only where an eviction policy could have freed them.
-    evictable = (t["evictable_bytes"] or 0) if snap.get("evicting") is not False else 0
-    there = t["cached_free_bytes"] + evictable + headroom
+    evicting = snap.get("evicting") is not False
+    there = t["cached_free_bytes"] + ((t["evictable_bytes"] or 0) if evicting else 0) + headroom
     rows = [("request", f"{_bytes_exact(oom['size'])}, rounded to {_bytes_exact(oom['rounded'])}"),
             ("stream", str(oom["stream"])),
-            ("free + evictable + headroom" if snap.get("evicting") is not False
+            ("free + evictable + headroom" if evicting
              else "free + headroom (no eviction policy)", _bytes_exact(there))]
     if there < oom["rounded"]:
         verdict = "no: the bytes were not there (capacity)"
