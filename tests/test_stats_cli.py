@@ -356,7 +356,8 @@ def test_report_of_a_snapshot_shows_every_section(tmp_path, capsys, engine):
 
 
 def test_whole_chunks_count_free_and_evictable_blocks_only_where_nothing_stays():
-    from pyalloc.stats_cli.analysis import clearable_chunk_bytes
+    from pyalloc.stats_cli.analysis import (MalformedDocument, clearable_chunk_bytes,
+                                            validate_snapshot)
 
     evictable = block("active_allocated", 2 * MiB, 2 * MiB)
     evictable["evictable"] = True
@@ -369,6 +370,16 @@ def test_whole_chunks_count_free_and_evictable_blocks_only_where_nothing_stays()
     # Unaligned segments count only the chunks wholly inside them.
     assert clearable_chunk_bytes(hand_snapshot([segment(65 * MiB, [block("inactive", 4 * MiB)])])) \
         == 2 * MiB
+    # The chunk is the granularity the file records (older files: 2 MiB): at 4 MiB only the
+    # last chunk, [free 2 + free 2], is clear.
+    assert analyze_snapshot(snap)["chunk_bytes"] == 2 * MiB
+    snap["granularity_bytes"] = 4 * MiB
+    snap["oom"] = {"size": 8 * MiB, "rounded": 8 * MiB}
+    assert analyze_snapshot(snap)["chunk_bytes"] == 4 * MiB
+    assert analyze_snapshot(snap)["clearable_chunk_bytes"] == 4 * MiB
+    snap["granularity_bytes"] = "2MiB"
+    with pytest.raises(MalformedDocument, match="granularity_bytes.*positive integer"):
+        validate_snapshot(snap)
 
 
 def test_a_snapshot_at_an_oom_keeps_the_layout_that_failed(tmp_path, capsys, make_engine):
@@ -391,6 +402,7 @@ def test_a_snapshot_at_an_oom_keeps_the_layout_that_failed(tmp_path, capsys, mak
     engine.free(ptrs[1])   # the layout changes after the error, as a failed op's unwinding does
     oom = engine.last_oom_snapshot()
     assert oom["oom"]["size"] == oom["oom"]["rounded"] == 4 * MiB
+    assert oom["granularity_bytes"] == 2 * MiB   # the simulated device maps 2 MiB chunks
     assert oom["oom"]["report"] == str(raised.value)
     (seg,) = oom["segments"]
     assert [(b["size"], b["state"], b["evictable"]) for b in seg["blocks"]] == [

@@ -56,7 +56,8 @@ allocator's peak reserved bytes, the same numerator for all four.
     python tools/bench_frag.py --skip-models   # patterns only (seconds)
     python tools/bench_frag.py --device cuda --tasks cnn transformer resnet50 gpt2
 
-Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the table.
+Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the table; the
+recorded model traces are kept in ``--out``/traces/TASK.json.gz.
 """
 from __future__ import annotations
 
@@ -184,6 +185,15 @@ def row(workload: str, config: str, result: Any) -> Dict[str, Any]:
             "peak_reserved": result.peak_reserved, "peak_allocated": result.peak_allocated}
 
 
+def traces_dir(out: str) -> Path:
+    """Where the recorded model traces are kept: beside the results, so that a trace
+    recorded on a GPU can be studied later anywhere (``python tools/replay.py FILE``, or
+    ``pyalloc.replay.replay`` on the simulated device)."""
+    path = Path(out) / "traces"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def record_model(task: str, directory: Path, device: str = "cpu") -> Dict[str, Any]:
     path = directory / f"{task}.json.gz"
     budget = "2GiB" if device == "cpu" else "90%"
@@ -300,13 +310,14 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
         if not args.skip_models:
             for task in args.tasks:
                 print(f"recording {task} on the GPU", flush=True)
-                trace = record_model(task, Path(tmp), device="cuda")
+                trace = record_model(task, traces_dir(args.out), device="cuda")
                 live = peak_live_requested(trace)
                 total = torch.cuda.get_device_properties(0).total_memory
                 settings = {"budget 90% of the GPU": int(0.9 * total)}
                 for slack in (1.10, 1.02):
                     settings[f"budget {slack:.2f}x peak live"] = -(-int(slack * live) // CHUNK) * CHUNK
-                add(Path(tmp) / f"{task}.json.gz", f"{task} trace (GPU)", trace, settings)
+                add(traces_dir(args.out) / f"{task}.json.gz", f"{task} trace (GPU)", trace,
+                    settings)
         jobs_path = Path(tmp) / "jobs.json"
         jobs_path.write_text(json.dumps(jobs))
         for config in GPU_CONFIGS:
@@ -387,20 +398,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             for config, overrides in CONFIGS.items():
                 rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides)))
     if not args.skip_models:
-        with tempfile.TemporaryDirectory() as tmp:
-            for task in args.tasks:
-                trace = record_model(task, Path(tmp))
-                # The replay's own peak: blocks allocated before the trace began
-                # (the parameters) are not replayed, so the live run's is larger.
-                peak = replay(trace).peak_allocated
-                for config, overrides in CONFIGS.items():
-                    rows.append(row(f"{task} trace", config + ", live options",
-                                    replay(trace, overrides)))
-                    for slack in (1.10, 1.02, 1.00):
-                        tight = -(-int(slack * peak) // (2 << 20)) * (2 << 20)
-                        rows.append(row(f"{task} trace",
-                                        f"{config}, budget {slack:.2f}x peak allocated",
-                                        replay(trace, {**overrides, "budget": tight})))
+        for task in args.tasks:
+            trace = record_model(task, traces_dir(args.out))
+            # The replay's own peak: blocks allocated before the trace began
+            # (the parameters) are not replayed, so the live run's is larger.
+            peak = replay(trace).peak_allocated
+            for config, overrides in CONFIGS.items():
+                rows.append(row(f"{task} trace", config + ", live options",
+                                replay(trace, overrides)))
+                for slack in (1.10, 1.02, 1.00):
+                    tight = -(-int(slack * peak) // (2 << 20)) * (2 << 20)
+                    rows.append(row(f"{task} trace",
+                                    f"{config}, budget {slack:.2f}x peak allocated",
+                                    replay(trace, {**overrides, "budget": tight})))
     payload = {"rows": rows}
     text = table(rows)
     if not args.skip_compaction:

@@ -390,9 +390,10 @@ std::string Engine::snapshot_json_locked() const {
   char head[256];
   std::snprintf(head, sizeof head,
                 "{\"device\":%d,\"backend\":\"%s\",\"budget_bytes\":%zu,\"evicting\":%s,"
-                "\"stitching\":%s,",
+                "\"stitching\":%s,\"granularity_bytes\":%zu,",
                 backend_->device(), backend_->name(), budget_,
-                evict_callback_ ? "true" : "false", stitches(PoolKind::kLarge) ? "true" : "false");
+                evict_callback_ ? "true" : "false", stitches(PoolKind::kLarge) ? "true" : "false",
+                backend_->granularity());
   return head + pool.substr(1);  // splice the pool's object into ours
 }
 

@@ -42,6 +42,9 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> None:
     integer sizes, known block states, blocks tiling their segment in address order."""
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("segments"), list):
         raise MalformedDocument(f"{where} has no \"segments\" list")
+    granularity = snapshot.get("granularity_bytes")
+    if granularity is not None and (not _is_int(granularity) or granularity <= 0):
+        raise MalformedDocument(f"{where}: \"granularity_bytes\" must be a positive integer")
     for i, seg in enumerate(snapshot["segments"]):
         name = f"{where} segment {i}"
         if not isinstance(seg, dict):
@@ -258,14 +261,22 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         "evicting": snapshot.get("evicting"),
         "stitching": snapshot.get("stitching"),
         # Only the OOM section reads it: a walk over every chunk is not paid for elsewhere.
+        # The device's mapping granularity, what stitching maps (files before 2026-11-24
+        # do not say; it was 2 MiB on both backends then).
+        "chunk_bytes": chunk_bytes(snapshot),
         "clearable_chunk_bytes": clearable_chunk_bytes(
-            snapshot, evicting=snapshot.get("evicting") is not False)
+            snapshot, evicting=snapshot.get("evicting") is not False, chunk=chunk_bytes(snapshot))
         if snapshot.get("oom") else None,
     }
 
 
 STITCH_CHUNK = 2 << 20   # what stitching maps: CUDA's VMM granularity, and the simulated device's
 SMALL_REQUEST = 1 << 20  # requests up to this size come from the small pool, never stitched
+
+
+def chunk_bytes(snapshot: Dict[str, Any]) -> int:
+    """The mapping granularity the snapshot's engine ran with (older files: 2 MiB)."""
+    return snapshot.get("granularity_bytes") or STITCH_CHUNK
 
 
 def clearable_chunk_bytes(snapshot: Dict[str, Any], evicting: bool = True,

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from .analysis import SMALL_REQUEST, STITCH_CHUNK, analyze
+from .analysis import SMALL_REQUEST, analyze
 from .common import (format_address, format_bytes, format_power_of_two, format_ratio,
                      load_document)
 from .render import Section, print_sections
@@ -136,7 +136,7 @@ def oom_section(snap: Dict[str, Any]) -> Section:
         verdict = "yes: the bytes were there, in pieces (placement)"
     else:
         # A large request can also be stitched from whole chunks: count those.
-        chunk = STITCH_CHUNK
+        chunk = snap["chunk_bytes"]
         whole = snap["clearable_chunk_bytes"] + headroom // chunk * chunk
         needed = -(-oom["rounded"] // chunk) * chunk
         rows.append((f"of it in whole {format_bytes(chunk)} chunks", _bytes_exact(whole)))
