@@ -252,6 +252,40 @@ def test_stitch_first_serves_from_free_chunks_before_growing(make_engine, first)
     fresh.free(ptr)
 
 
+@pytest.mark.parametrize("holes", [6, 4])
+def test_stitch_first_grows_by_what_the_free_chunks_lack(make_engine, holes):
+    # Twelve 4 MiB blocks, each in a segment of its own (stitch_first sizes segments to the
+    # request), and `holes` of them freed. A 40 MiB request: with 24 MiB of free chunks (at
+    # least a large segment's 20 MiB) the pool maps only the 16 MiB they lack and stitches;
+    # with 16 MiB it maps a whole 40 MiB segment, as a stitch per step would cost more than
+    # it saves.
+    import ctypes
+
+    engine = make_engine(budget="200MiB", stitch_first=True)
+    blocks = [engine.alloc(4 << 20) for _ in range(12)]
+    for ptr in blocks[1:2 * holes:2]:
+        engine.free(ptr)
+    before = engine.stats()["reserved_bytes.all.current"]
+    big = engine.alloc(40 << 20)
+    stats = engine.stats()
+    if holes == 6:
+        assert stats["num_stitches"] == 1
+        assert stats["reserved_bytes.all.current"] == before + (16 << 20)
+        pieces = engine.snapshot()["stitched"][0]["pieces"]
+        assert sum(size for _, size in pieces) == 40 << 20
+        ctypes.memset(big, 0x5A, 40 << 20)       # the stitched range is the pieces' memory
+        for address, size in pieces:
+            assert ctypes.string_at(address, size) == b"\x5a" * size
+    else:
+        assert stats["num_stitches"] == 0
+        assert stats["reserved_bytes.all.current"] == before + (40 << 20)
+    engine.free(big)
+    engine.check_invariants()
+    for ptr in blocks[0:2 * holes:2] + blocks[2 * holes:]:
+        engine.free(ptr)
+    engine.check_invariants()
+
+
 # --- compaction (allocator/src/compactor.h; Note [Relocation] in engine.h) ---------------------
 def sliver_holes(engine) -> dict:
     """Fills a 20 MiB budget with thirteen 1.5 MiB blocks (block i holds pattern i; the

@@ -25,6 +25,7 @@ Usage::
 
     python tools/bench_alloc.py                 # simulated device (+ GPU when present)
     python tools/bench_alloc.py --trace pyalloc-demo-out/trace.json.gz --json out.json
+    python tools/bench_alloc.py --trace cnn.json.gz --options stitch_first:true
 """
 from __future__ import annotations
 
@@ -165,6 +166,10 @@ def main() -> int:
     parser.add_argument("--trace", type=Path, help="also replay this recorded trace's sequence")
     parser.add_argument("--trace-repeats", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--options", default="",
+                        help="pyalloc options for the run, as PYALLOC_OPTIONS takes them "
+                             "(e.g. stitch_first:true), to time one configuration against "
+                             "another; PyTorch's native allocator is unaffected")
     args = parser.parse_args()
 
     sizes = size_mix(args.sizes, args.seed)
@@ -174,8 +179,8 @@ def main() -> int:
         use_cuda = lib.pyalloc_has_cuda_backend() and lib.pyalloc_cuda_device_count() > 0
     backend = b"cuda" if use_cuda else b"host"
     # The simulated device must hold the ring: up to live x 64 MiB.
-    options = b"" if use_cuda else b"sim_capacity:8GiB"
-    if lib.pyalloc_install(backend, options) != 0:
+    options = ",".join(o for o in ("" if use_cuda else "sim_capacity:8GiB", args.options) if o)
+    if lib.pyalloc_install(backend, options.encode()) != 0:
         raise SystemExit(f"pyalloc: {_lib.last_error()}")
 
     results: Dict[str, object] = {
@@ -188,6 +193,7 @@ def main() -> int:
         "repeats": args.repeats,
         "live": args.live,
         "size_mix": "55% 512B-256KiB, 35% 256KiB-8MiB, 10% 8-64MiB, log-uniform",
+        "options": args.options,
     }
     runs = {"pyalloc": [pyalloc_pairs(0, sizes, args.live, args.pairs) for _ in range(args.repeats)]}
 
@@ -231,7 +237,7 @@ def main() -> int:
 
     print(json.dumps(results, indent=2))
     print()
-    print(f"device: {results['device']}")
+    print(f"device: {results['device']}" + (f", pyalloc options {args.options}" if args.options else ""))
     print(f"{'allocator':<14}{'median ns/pair':>16}{'min':>10}{'max':>10}")
     for name, med, lo, hi in table:
         print(f"{name:<14}{med:>16.1f}{lo:>10.1f}{hi:>10.1f}")

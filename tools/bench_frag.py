@@ -55,6 +55,7 @@ allocator's peak reserved bytes, the same numerator for all four.
     python tools/bench_frag.py                 # patterns and model traces, simulated device
     python tools/bench_frag.py --skip-models   # patterns only (seconds)
     python tools/bench_frag.py --device cuda --tasks cnn transformer resnet50 gpt2
+    python tools/bench_frag.py --tasks gpt2 --batch 2 --sim-capacity 8GiB --skip-compaction
 
 Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the table; the
 recorded model traces are kept in ``--out``/traces/TASK.json.gz.
@@ -81,14 +82,14 @@ from pyalloc.replay import replay  # noqa: E402
 
 RECORD = """
 import torch, pyalloc
-pyalloc.install(device={device!r}, budget={budget!r})
+pyalloc.install(device={device!r}, budget={budget!r}, **{extra!r})
 from pyalloc.models import TASKS
 task = TASKS[{task!r}]
 torch.manual_seed(0)
 dev = "cuda" if {device!r} == "cuda" else "cpu"
 model = task.build().to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+x, y = task.batch({batch!r} or task.default_batch, torch.Generator().manual_seed(1))
 x, y = x.to(dev), y.to(dev)
 with pyalloc.record_trace({path!r}):
     for _ in range(3):
@@ -194,11 +195,16 @@ def traces_dir(out: str) -> Path:
     return path
 
 
-def record_model(task: str, directory: Path, device: str = "cpu") -> Dict[str, Any]:
+def record_model(task: str, directory: Path, device: str = "cpu", batch: Optional[int] = None,
+                 sim_capacity: Optional[str] = None) -> Dict[str, Any]:
+    """Trains ``task`` 3 steps (at ``batch``, default the task's own) in a process of its
+    own and returns its trace. On the simulated device the budget is 2 GiB, or all of
+    ``sim_capacity`` where given (GPT-2 at batch 2 needs about 7 GiB)."""
     path = directory / f"{task}.json.gz"
-    budget = "2GiB" if device == "cpu" else "90%"
-    subprocess.run([sys.executable, "-c", RECORD.format(task=task, path=str(path),
-                                                        device=device, budget=budget)],
+    extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
+    budget = "90%" if device == "cuda" else (sim_capacity or "2GiB")
+    subprocess.run([sys.executable, "-c", RECORD.format(task=task, path=str(path), device=device,
+                                                        budget=budget, batch=batch, extra=extra)],
                    check=True, cwd=str(Path(__file__).resolve().parent.parent))
     return files.load(path)
 
@@ -310,7 +316,7 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
         if not args.skip_models:
             for task in args.tasks:
                 print(f"recording {task} on the GPU", flush=True)
-                trace = record_model(task, traces_dir(args.out), device="cuda")
+                trace = record_model(task, traces_dir(args.out), device="cuda", batch=args.batch)
                 live = peak_live_requested(trace)
                 total = torch.cuda.get_device_properties(0).total_memory
                 settings = {"budget 90% of the GPU": int(0.9 * total)}
@@ -376,6 +382,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds per pattern")
     p.add_argument("--tasks", nargs="+", default=["mlp", "cnn", "transformer"])
     p.add_argument("--skip-models", action="store_true", help="patterns only")
+    p.add_argument("--batch", type=int, help="record every task at this batch size "
+                   "(default: each task's own)")
+    p.add_argument("--sim-capacity", help="record on a simulated device this large, all of it "
+                   "the budget (default: 2 GiB of the default device); e.g. 8GiB for "
+                   "--tasks gpt2 --batch 2")
     p.add_argument("--skip-compaction", action="store_true",
                    help="leave out the compaction runs (training inplace_mlp)")
     p.add_argument("--out", default=".", help="where bench_frag.json and .md go")
@@ -399,7 +410,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides)))
     if not args.skip_models:
         for task in args.tasks:
-            trace = record_model(task, traces_dir(args.out))
+            trace = record_model(task, traces_dir(args.out), batch=args.batch,
+                                 sim_capacity=args.sim_capacity)
             # The replay's own peak: blocks allocated before the trace began
             # (the parameters) are not replayed, so the live run's is larger.
             peak = replay(trace).peak_allocated

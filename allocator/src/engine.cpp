@@ -112,7 +112,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     }
     // Rung 4c, stitch: the free memory may be there, in pieces of several segments.
     if (stitches(kind)) {
-      if (Block* block = stitch_locked(rounded, size, stream, /*map_rest=*/true)) {
+      if (Block* block = stitch_locked(rounded, size, stream, /*map_rest_from=*/1)) {
         trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
         after_op_locked();
         return reinterpret_cast<void*>(block->addr);

@@ -179,8 +179,11 @@ class Engine {
   Block* map_segment_locked(std::size_t size, PoolKind kind);
   // The stitch rung (Note [Stitching] in pool.h): a block allocated from free chunks
   // mapped into a fresh range, or nullptr.
-  // With map_rest, maps a segment of what the free chunks lack if the budget allows.
-  Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream, bool map_rest);
+  // Where the free chunks hold at least `map_rest_from` bytes but not all of the request,
+  // maps a segment of what they lack if the budget allows (kNeverMapRest: never).
+  static constexpr std::size_t kNeverMapRest = ~std::size_t{0};
+  Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
+                       std::size_t map_rest_from);
   // Whether a request of pool `kind` can be served by stitching (option stitch, a large
   // request, a device that maps 2 MiB chunks): the one test for every stitch rung and for
   // the evictor's chunk plans.

@@ -40,8 +40,9 @@ namespace pyalloc {
     "2 MiB chunks from several segments into one new range (virtual memory stitching).")    \
   X(stitch_first, kBool, "false",                                                            \
     "With stitch: when no free block holds a request but free 2 MiB chunks of the cached "  \
-    "segments do, stitch them rather than map a new segment, and grow by segments no "      \
-    "larger than the request, so reserved memory grows only when free memory falls short.") \
+    "segments do, stitch them rather than map a new segment (where they hold 20 MiB or "    \
+    "more of it but not all, map only the rest and stitch), and grow by segments no larger " \
+    "than the request, so reserved memory grows only when free memory falls short.")        \
   X(compact, kBool, "true",                                                                  \
     "Under a registry, when nothing is left to evict: move live storages it can move (device" \
     " to device, contents and views kept) out of a run of blocks that then holds the "        \

@@ -55,15 +55,23 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
   const bool stitchable = stitches(kind);
   // From cached chunks only; a stitched block is handed out already (*taken).
-  auto stitch_cached = [&]() -> Block* {
-    Block* stitched = stitch_locked(rounded, size, stream, /*map_rest=*/false);
+  auto stitch_cached = [&](std::size_t map_rest_from = kNeverMapRest) -> Block* {
+    Block* stitched = stitch_locked(rounded, size, stream, map_rest_from);
     *taken = stitched != nullptr;
     return stitched;
   };
   Block* block = find_cached_locked(rounded, stream, kind);
   // Rung 1b, stitch first: free chunks already cached cover the request, so mapping more
-  // memory would only grow the pool around its own holes.
-  if (!block && stitchable && options_.stitch_first && (block = stitch_cached())) return block;
+  // memory would only grow the pool around its own holes. Where they cover part of it, and
+  // that part is at least a large segment's worth, the pool grows by the rest only, as an
+  // expandable segment grows by what is missing: on GPT-2's trace (the simulated device),
+  // the logits' 393 MiB found 150 MiB of whole free chunks in a segment that activations had
+  // split, and peak reserved fell from 6808 to 6606 MiB (utilization 0.968 -> 0.998). Below
+  // that the saving is too small for a stitch that recurs every step: on the MLP's and the
+  // transformer's traces mapping any shortfall stitched 37 and 29 times in 3 steps, against 0
+  // and 3, and saved nothing at their peaks.
+  if (!block && stitchable && options_.stitch_first && (block = stitch_cached(kLargeSegment)))
+    return block;
   if (!block) block = grow_locked(rounded, kind);
   bool fenced = false;
   if (!block && (fenced = fence_streams_locked(stream))) block = find_cached_locked(rounded, stream, kind);
@@ -181,19 +189,20 @@ Block* Engine::map_segment_locked(std::size_t size, PoolKind kind) {
 }
 
 Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                             bool map_rest) {
+                             std::size_t map_rest_from) {
   const std::size_t chunk = backend_->granularity();
   if (rounded <= kSmallSize || chunk != kStitchChunk) return nullptr;
   const std::size_t bytes = round_up(rounded, chunk);
   pool_.flush_fast();
   std::vector<Pool::StitchRun> runs = pool_.plan_stitch(bytes, chunk, stream);
   if (runs.empty()) {
-    if (!map_rest) return nullptr;
+    if (map_rest_from == kNeverMapRest) return nullptr;
     // The free chunks fall short, but the budget may have room for the rest, too little
     // for a segment of the whole request: map a segment of just the rest, and stitch.
     const std::size_t have = pool_.stitchable_bytes(chunk, stream);
     const std::size_t rest = bytes - std::min(bytes, have);
-    if (have == 0 || rest == 0 || rest > headroom_locked()) return nullptr;
+    if (have == 0 || have < map_rest_from || rest == 0 || rest > headroom_locked())
+      return nullptr;
     if (!map_segment_locked(rest, PoolKind::kLarge)) return nullptr;
     runs = pool_.plan_stitch(bytes, chunk, stream);
     if (runs.empty()) return nullptr;
