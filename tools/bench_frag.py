@@ -314,16 +314,16 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
                 path.write_text(json.dumps(trace))
                 add(path, f"{name} (seed {seed})", trace, {"pattern budget": trace["budget_bytes"]})
         if not args.skip_models:
+            traces = traces_dir(args.out)
             for task in args.tasks:
                 print(f"recording {task} on the GPU", flush=True)
-                trace = record_model(task, traces_dir(args.out), device="cuda", batch=args.batch)
+                trace = record_model(task, traces, device="cuda", batch=args.batch)
                 live = peak_live_requested(trace)
                 total = torch.cuda.get_device_properties(0).total_memory
                 settings = {"budget 90% of the GPU": int(0.9 * total)}
                 for slack in (1.10, 1.02):
                     settings[f"budget {slack:.2f}x peak live"] = -(-int(slack * live) // CHUNK) * CHUNK
-                add(traces_dir(args.out) / f"{task}.json.gz", f"{task} trace (GPU)", trace,
-                    settings)
+                add(traces / f"{task}.json.gz", f"{task} trace (GPU)", trace, settings)
         jobs_path = Path(tmp) / "jobs.json"
         jobs_path.write_text(json.dumps(jobs))
         for config in GPU_CONFIGS:
@@ -409,9 +409,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             for config, overrides in CONFIGS.items():
                 rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides)))
     if not args.skip_models:
+        traces = traces_dir(args.out)
         for task in args.tasks:
-            trace = record_model(task, traces_dir(args.out), batch=args.batch,
-                                 sim_capacity=args.sim_capacity)
+            trace = record_model(task, traces, batch=args.batch, sim_capacity=args.sim_capacity)
             # The replay's own peak: blocks allocated before the trace began
             # (the parameters) are not replayed, so the live run's is larger.
             peak = replay(trace).peak_allocated

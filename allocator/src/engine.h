@@ -179,8 +179,9 @@ class Engine {
   Block* map_segment_locked(std::size_t size, PoolKind kind);
   // The stitch rung (Note [Stitching] in pool.h): a block allocated from free chunks
   // mapped into a fresh range, or nullptr.
-  // Where the free chunks hold at least `map_rest_from` bytes but not all of the request,
-  // maps a segment of what they lack if the budget allows (kNeverMapRest: never).
+  // Where the free chunks hold at least `map_rest_from` bytes (at least 1) but not all of
+  // the request, maps a segment of what they lack if the budget allows (kNeverMapRest:
+  // never).
   static constexpr std::size_t kNeverMapRest = ~std::size_t{0};
   Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
                        std::size_t map_rest_from);

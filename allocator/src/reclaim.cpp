@@ -201,8 +201,7 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     // for a segment of the whole request: map a segment of just the rest, and stitch.
     const std::size_t have = pool_.stitchable_bytes(chunk, stream);
     const std::size_t rest = bytes - std::min(bytes, have);
-    if (have == 0 || have < map_rest_from || rest == 0 || rest > headroom_locked())
-      return nullptr;
+    if (have < map_rest_from || rest == 0 || rest > headroom_locked()) return nullptr;
     if (!map_segment_locked(rest, PoolKind::kLarge)) return nullptr;
     runs = pool_.plan_stitch(bytes, chunk, stream);
     if (runs.empty()) return nullptr;

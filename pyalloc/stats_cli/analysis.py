@@ -238,6 +238,7 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
     budget = budget_of(doc)
     totals["budget_bytes"] = budget if budget is not None else stats.get("budget_bytes")
     utilization, source = _utilization(totals, stats)
+    chunk = chunk_bytes(snapshot)
     return {
         "kind": "trace" if is_trace(doc) else "snapshot",
         "device": snapshot.get("device", doc.get("device")),
@@ -260,12 +261,12 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         # Whether an eviction policy was active (files before 2026-11-23 do not say).
         "evicting": snapshot.get("evicting"),
         "stitching": snapshot.get("stitching"),
-        # Only the OOM section reads it: a walk over every chunk is not paid for elsewhere.
         # The device's mapping granularity, what stitching maps (files before 2026-11-24
         # do not say; it was 2 MiB on both backends then).
-        "chunk_bytes": chunk_bytes(snapshot),
+        "chunk_bytes": chunk,
+        # Only the OOM section reads it: a walk over every chunk is not paid for elsewhere.
         "clearable_chunk_bytes": clearable_chunk_bytes(
-            snapshot, evicting=snapshot.get("evicting") is not False, chunk=chunk_bytes(snapshot))
+            snapshot, evicting=snapshot.get("evicting") is not False, chunk=chunk)
         if snapshot.get("oom") else None,
     }
 
