@@ -87,6 +87,7 @@ std::mutex g_install_mutex;                  // guards the two strings below and
 std::string g_backend, g_options;            // empty backend: not installed
 std::array<std::atomic<pyalloc_engine*>, kMaxDevices> g_engines{};
 std::atomic<bool> g_installed{false};
+bool g_long_lived = false;                   // guarded by g_install_mutex; pyalloc_set_long_lived
 
 pyalloc_engine* installed_engine(int device) {
   if (device < 0 || device >= kMaxDevices) {
@@ -102,7 +103,10 @@ pyalloc_engine* installed_engine(int device) {
   }
   if (pyalloc_engine* e = g_engines[device].load(std::memory_order_acquire)) return e;
   pyalloc_engine* e = create_engine(g_backend, device, g_options.c_str());
-  if (e) g_engines[device].store(e, std::memory_order_release);
+  if (e) {
+    e->set_long_lived(g_long_lived);
+    g_engines[device].store(e, std::memory_order_release);
+  }
   return e;
 }
 
@@ -463,6 +467,21 @@ void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(
 
 void pyalloc_set_thread_persistent(int persistent) {
   Engine::set_thread_persistent(persistent != 0);
+}
+
+int pyalloc_engine_set_long_lived(pyalloc_engine* engine, int long_lived) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->set_long_lived(long_lived != 0);
+  return 0;
+}
+
+void pyalloc_set_long_lived(int long_lived) {
+  // Under the install lock, so that an engine being created now gets the new phase.
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  g_long_lived = long_lived != 0;
+  for (auto& slot : g_engines) {
+    if (pyalloc_engine* e = slot.load(std::memory_order_acquire)) e->set_long_lived(g_long_lived);
+  }
 }
 
 int pyalloc_engine_stream_create(pyalloc_engine* engine, uintptr_t* out) {

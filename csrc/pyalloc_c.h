@@ -146,6 +146,12 @@ PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);
 /* 1: allocations on the calling thread come from the persistent region (INPLACE_UPDATE:
  * segments of their own for parameters, gradients and optimizer state); 0: as usual. */
 PYALLOC_API void pyalloc_set_thread_persistent(int persistent);
+/* 1: the engine's requests from now on are expected to live long (the model's
+ * construction, optimizer steps); 0: short-lived (forward, backward). Small blocks are
+ * placed by it (option lifetime_classes). pyalloc_set_long_lived sets it for every
+ * installed engine, and for those created later. */
+PYALLOC_API int pyalloc_engine_set_long_lived(pyalloc_engine* engine, int long_lived);
+PYALLOC_API void pyalloc_set_long_lived(int long_lived);
 
 /* The process-wide engines behind group 1. Configure once; engines are created per
  * device on first use. Fails if already installed with a different backend. */

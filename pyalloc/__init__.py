@@ -17,6 +17,7 @@ from ._lib import library_path
 from .engine import Engine
 from .errors import OutOfMemoryError, PyallocError
 from .install import install, installed_device, is_installed
+from .lifetime import long_lived
 from .options import options_table
 from .registry import recompute
 from .trace import record_trace, save_snapshot
@@ -33,6 +34,7 @@ __all__ = [
     "installed_device",
     "is_installed",
     "library_path",
+    "long_lived",
     "memory_stats",
     "options_table",
     "recompute",

@@ -116,6 +116,11 @@ class Engine:
     def set_memory_fraction(self, fraction: float) -> None:
         _check(_lib.lib().pyalloc_engine_set_memory_fraction(self.handle, fraction))
 
+    def set_long_lived(self, long_lived: bool) -> None:
+        """Whether this engine's requests from now on are expected to live long (option
+        ``lifetime_classes``; :mod:`pyalloc.lifetime` sets it for installed engines)."""
+        _check(_lib.lib().pyalloc_engine_set_long_lived(self.handle, int(bool(long_lived))))
+
     # --- streams (simulated device: worker threads) -----------------------------------
     def create_stream(self) -> int:
         out = ctypes.c_size_t()

@@ -125,6 +125,9 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         _install_cpu(text)
     _installed_device = resolved
     chosen = effective(text)
+    from . import lifetime
+
+    lifetime.arm()   # the model built from here on, and optimizer state, are long-lived
     if chosen["inplace_update"] == "true" or os.environ.get("PYALLOC_INPLACE_UPDATE") == "1":
         from . import inplace
 

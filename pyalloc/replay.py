@@ -136,6 +136,8 @@ def replay(trace: Mapping[str, Any], overrides: Mapping[str, Any] = (),
                         live[event[col["address"]]] = ptr
                 elif action == "empty_cache":
                     engine.empty_cache()
+                elif action == "lifetime":
+                    engine.set_long_lived(bool(event[col["size"]]))
                 elif action == "set_budget" and "budget" not in overrides:
                     engine.set_budget(event[col["size"]])
                 elif action in ("free", "free_requested"):

@@ -1,7 +1,7 @@
 """Randomized state-machine test of the engine (Hypothesis ``RuleBasedStateMachine``).
 
 Hypothesis drives random sequences of alloc / free / record_stream / fill-on-a-stream /
-synchronize / empty_cache over sizes from bytes to tens of MiB, on stream 0 and three
+synchronize / empty_cache / a change of lifetime class over sizes from bytes to tens of MiB, on stream 0 and three
 created streams (one of them slow), under a budget tight enough that allocations
 sometimes fail. A plain-Python model tracks every live block. After every step:
 
@@ -234,6 +234,12 @@ class EngineMachine(RuleBasedStateMachine):
         for block in self.live.values():
             problem = block.mismatch()
             assert not problem, problem
+
+    @rule(long_lived=st.booleans())
+    def set_lifetime(self, long_lived):
+        """Small requests from now on are of this lifetime class (pyalloc.lifetime): they
+        are placed differently and, under the budget, must fail no more often."""
+        self.engine.set_long_lived(long_lived)
 
     @rule()
     def empty_cache(self):

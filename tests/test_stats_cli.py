@@ -355,6 +355,19 @@ def test_report_of_a_snapshot_shows_every_section(tmp_path, capsys, engine):
         engine.free(p)
 
 
+def test_report_names_the_segments_of_long_lived_blocks(tmp_path, capsys, engine):
+    engine.set_long_lived(True)
+    state = engine.alloc(256 * KiB)    # a small segment of its own, long-lived
+    engine.set_long_lived(False)
+    activation = engine.alloc(100 * KiB)
+    path = write(tmp_path, "snap.json", snapshot_doc(engine))
+    code, out, _ = run_cli(capsys, "report", path)
+    segments = out.split("Segments (1, by address)")[1].split("Block sizes")[0]
+    assert code == 0 and "small (long-lived)" in segments
+    engine.free(state)
+    engine.free(activation)
+
+
 def test_whole_chunks_count_free_and_evictable_blocks_only_where_nothing_stays():
     from pyalloc.stats_cli.analysis import (MalformedDocument, clearable_chunk_bytes,
                                             validate_snapshot)

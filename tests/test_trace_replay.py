@@ -47,9 +47,11 @@ def test_trace_records_every_event_in_order(tmp_path):
             e.empty_cache()
     doc = files.load(path, expect=files.TRACE)
     actions = [ev[1] for ev in doc["events"]]
-    assert actions == ["segment_map", "alloc", "segment_map", "alloc", "free", "oom", "free",
-                       "empty_cache", "segment_unmap", "segment_unmap"]
-    t, _, addr, size, requested, stream, ctx = doc["events"][1]
+    # First the lifetime phase recording began in (short-lived: 0), for replays.
+    assert actions == ["lifetime", "segment_map", "alloc", "segment_map", "alloc", "free", "oom",
+                       "free", "empty_cache", "segment_unmap", "segment_unmap"]
+    assert doc["events"][0][3] == 0
+    t, _, addr, size, requested, stream, ctx = doc["events"][2]
     assert (addr, size, requested, stream, ctx) == (a, 512, 100, 0, 0)
     times = [ev[0] for ev in doc["events"]]
     assert times == sorted(times)
@@ -65,7 +67,7 @@ def test_full_ring_drops_oldest_and_says_so(tmp_path):
                 e.free(e.alloc(1000))
     doc = files.load(tmp_path / "t.json")
     assert len(doc["events"]) == 10
-    assert doc["dropped_events"] == 41 - 10  # 1 segment_map + 40 alloc/free
+    assert doc["dropped_events"] == 42 - 10  # lifetime + segment_map + 40 alloc/free
     assert [ev[1] for ev in doc["events"]][-2:] == ["alloc", "free"]
 
 

@@ -9,9 +9,11 @@ Workloads, each replayed through a fresh simulated-device engine (pyalloc.replay
               ``--seeds`` seeds.
   models      traces recorded from pyalloc.models' tasks on the simulated device (3 training
               steps, SGD with momentum, recorded with pyalloc.record_trace in a process of
-              their own), replayed under the live run's options and under budgets of
+              their own), replayed under the live run's options, under budgets of
               1.10x, 1.02x and 1.00x the replay's peak allocated bytes (rounded up to
-              2 MiB).
+              2 MiB), and under the least budget, in whole 2 MiB chunks up to 1.10x,
+              that serves every request ("least budget with no failure": its
+              utilization is what fragmentation costs, whatever the cache would hold).
 
 Figures per workload and configuration:
 
@@ -26,8 +28,10 @@ Configurations: ``best-fit`` (option ``stitch:false``), ``+ stitching`` (the def
 free 2 MiB chunks of several segments mapped into one range when no block holds a request
 and the budget is spent) and ``+ stitching first`` (option ``stitch_first``: stitch before
 mapping more memory whenever free chunks cover the request, and grow by segments of the
-request's size). Fragment-aware eviction needs a registry and a model, so it is measured by
-bench_remat.py.
+request's size). The model traces also run ``+ stitching, lifetime classes off`` (option
+``lifetime_classes:false``: small blocks placed by size alone, not by the training phase the
+trace records; the patterns have no phases). Fragment-aware eviction needs a registry and a
+model, so it is measured by bench_remat.py.
 
 Compaction (rung 6: live storages moved device to device to open a hole) needs a registry
 too, so it is measured by training, not by replay: ``inplace_mlp`` (pyalloc.models; every
@@ -101,6 +105,21 @@ with pyalloc.record_trace({path!r}):
 
 CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
            "+ stitching first": {"stitch_first": "true"}}
+# The recorded traces carry the training phases (pyalloc.lifetime); the patterns do not,
+# so lifetime classes can only matter on the traces.
+MODEL_CONFIGS = {**CONFIGS, "+ stitching, lifetime classes off": {"lifetime_classes": "false"}}
+
+
+def tightest_budget(trace: Dict[str, Any], overrides: Dict[str, Any], peak: int,
+                    most: float = 1.10) -> Optional[int]:
+    """The smallest budget, in whole 2 MiB chunks from ``peak`` up to ``most`` x ``peak``, at
+    which replaying ``trace`` serves every request; None if none up to there does."""
+    budget = -(-peak // CHUNK) * CHUNK
+    while budget <= most * peak:
+        if replay(trace, {**overrides, "budget": budget}).failures == 0:
+            return budget
+        budget += CHUNK
+    return None
 
 
 COMPACT_TRIAL = """
@@ -415,14 +434,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             # The replay's own peak: blocks allocated before the trace began
             # (the parameters) are not replayed, so the live run's is larger.
             peak = replay(trace).peak_allocated
-            for config, overrides in CONFIGS.items():
+            for config, overrides in MODEL_CONFIGS.items():
                 rows.append(row(f"{task} trace", config + ", live options",
                                 replay(trace, overrides)))
                 for slack in (1.10, 1.02, 1.00):
-                    tight = -(-int(slack * peak) // (2 << 20)) * (2 << 20)
+                    tight = -(-int(slack * peak) // CHUNK) * CHUNK
                     rows.append(row(f"{task} trace",
                                     f"{config}, budget {slack:.2f}x peak allocated",
                                     replay(trace, {**overrides, "budget": tight})))
+                # The figure that says whether fragmentation costs memory: peak allocated
+                # over the least budget that serves every request.
+                least = tightest_budget(trace, overrides, peak)
+                if least is not None:
+                    rows.append(row(f"{task} trace", f"{config}, least budget with no failure",
+                                    replay(trace, {**overrides, "budget": least})))
     payload = {"rows": rows}
     text = table(rows)
     if not args.skip_compaction:

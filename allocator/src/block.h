@@ -154,6 +154,10 @@ struct Segment {
   // lent pieces of other segments, in address order of the range.
   bool stitched = false;
   std::vector<Block*> pieces;
+  // Small pool only: the segment was last filled from empty by a long-lived request (Note
+  // [Lifetime classes] in pool.h); long-lived requests look for room only in such
+  // segments and in empty ones.
+  bool long_lived = false;
 };
 
 }  // namespace pyalloc

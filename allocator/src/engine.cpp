@@ -84,6 +84,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   }
   if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
+  const bool long_lived = long_lived_ && options_.lifetime_classes && kind == PoolKind::kSmall;
   // Each round takes its victims out of the evictable set, so rounds end when nothing is
   // left; the cap only guards against a registry that keeps re-marking the same blocks.
   constexpr int kMaxEvictRounds = 1 << 16;
@@ -95,8 +96,15 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   int compactions = 0;
   for (int round = 0;; ++round) {
     bool taken = false;
-    if (Block* block = climb_locked(rounded, size, stream, kind, &taken)) {
-      if (!taken) pool_.take(block, rounded, size, stream);
+    if (Block* block = climb_locked(rounded, size, stream, kind, long_lived, &taken)) {
+      if (!taken) {
+        // A block that is a whole small segment (empty or new) gives the segment the
+        // request's lifetime class (Note [Lifetime classes] in pool.h).
+        if (kind == PoolKind::kSmall && block->segment->pool == PoolKind::kSmall &&
+            !block->is_split())
+          block->segment->long_lived = long_lived;
+        pool_.take(block, rounded, size, stream);
+      }
       trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);
       after_op_locked();
       // A thread that may not evict (a prefetch) must not make room for later either.
@@ -405,6 +413,15 @@ std::string Engine::check_invariants() {
 void Engine::set_trace_capacity(std::size_t capacity) {
   std::lock_guard<std::mutex> lock(mutex_);
   trace_.set_capacity(capacity);
+  // A replay starts in the phase the live run was in.
+  trace_.record(TraceAction::kLifetime, 0, long_lived_ ? 1 : 0, 0, 0);
+}
+
+void Engine::set_long_lived(bool long_lived) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (long_lived == long_lived_) return;
+  long_lived_ = long_lived;
+  trace_.record(TraceAction::kLifetime, 0, long_lived ? 1 : 0, 0, 0);
 }
 
 std::string Engine::drain_trace_json() {

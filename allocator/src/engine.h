@@ -79,6 +79,11 @@ class Engine {
   // While true on a thread, its allocations come from the persistent region (segments of
   // pool kPersistent, apart from activations): INPLACE_UPDATE's parameters and state.
   static void set_thread_persistent(bool persistent);
+  // Whether the requests from now on are expected to live long (the model's construction,
+  // optimizer steps) or not (forward, backward): small requests are placed by it (option
+  // lifetime_classes; Note [Lifetime classes] in pool.h). Engine-wide, not per thread:
+  // backward runs on autograd's threads. Traced as "lifetime" events, so replays see it.
+  void set_long_lived(bool long_lived);
   // Nanoseconds callers have spent blocked waiting for other streams' work (fences before
   // reuse, synchronizations before releasing memory, host pool waits). Lock-free: the
   // hybrid policy reads it often, to tell compute time from time spent waiting on copies.
@@ -164,15 +169,17 @@ class Engine {
   // Rungs 1-4 (cached, grow, fence, release); nullptr if none served the request.
   // A block for the request: free (the caller takes it), or, with *taken set, a stitched
   // block already handed out.
+  // `long_lived`: the request's lifetime class (Note [Lifetime classes] in pool.h).
   Block* climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
-                      bool* taken);
+                      bool long_lived, bool* taken);
   // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
   std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                   PoolKind kind);
   // Proactive eviction after a successful allocation (evict_threshold).
   std::vector<std::uint64_t> plan_proactive_locked();
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
-  Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind);
+  Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
+                            bool long_lived = false);
   Block* grow_locked(std::size_t rounded, PoolKind kind);
   // Reserves, creates and maps a segment of exactly `size` bytes (the budget is the
   // caller's to check); its one free block, or nullptr.
@@ -251,6 +258,7 @@ class Engine {
   std::vector<EventId> spare_events_;  // guarded by mutex_
   std::vector<RetiredRange> retired_ranges_;  // guarded by mutex_
   TraceRing trace_;                    // guarded by mutex_
+  bool long_lived_ = false;            // guarded by mutex_; set_long_lived
   std::string last_oom_json_;          // guarded by mutex_; last_oom_json()
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_

@@ -43,6 +43,11 @@ namespace pyalloc {
     "segments do, stitch them rather than map a new segment (where they hold 20 MiB or "    \
     "more of it but not all, map only the rest and stitch), and grow by segments no larger " \
     "than the request, so reserved memory grows only when free memory falls short.")        \
+  X(lifetime_classes, kBool, "true",                                                         \
+    "Place small blocks by lifetime: what is allocated while the model is built and inside " \
+    "optimizer steps (install() tells the engine) goes only into small segments holding "   \
+    "such blocks or into empty ones, so it does not pin segments of gradients and "          \
+    "activations.")                                                                            \
   X(compact, kBool, "true",                                                                  \
     "Under a registry, when nothing is left to evict: move live storages it can move (device" \
     " to device, contents and views kept) out of a run of blocks that then holds the "        \
@@ -99,6 +104,7 @@ struct Options {
   std::size_t max_split_size = 0;
   bool stitch = true;
   bool stitch_first = false;
+  bool lifetime_classes = true;
   bool compact = true;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;

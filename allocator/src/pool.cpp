@@ -97,12 +97,13 @@ void Pool::fast_remove(Block* b) {
   inactive_split_account(b, -1);
 }
 
-Block* Pool::fast_find(std::size_t rounded, StreamId stream, PoolKind kind) const {
+Block* Pool::fast_find(std::size_t rounded, StreamId stream, PoolKind kind,
+                       bool long_lived) const {
   if (fast_list_.empty()) return nullptr;
   // Newest first (pushes go to the head). Only blocks of the request's pool: a size
   // decides its pool, but a large-pool block can be small after splits.
   for (Block* b = fast_heads_.find(rounded); b; b = b->fast_next) {
-    if (b->segment->pool != kind) continue;
+    if (b->segment->pool != kind || !fits_class(b, long_lived)) continue;
     if (b->stream == stream || b->stream == kAnyStream) return b;
   }
   return nullptr;
@@ -135,12 +136,14 @@ bool Pool::acceptable(const Block* b, std::size_t rounded) const {
   return b->size < rounded + kMaxNonSplitRounding;
 }
 
-Block* Pool::find_exact(std::size_t rounded, StreamId stream, PoolKind kind) const {
-  Block* exact = fast_find(rounded, stream, kind);
+Block* Pool::find_exact(std::size_t rounded, StreamId stream, PoolKind kind,
+                        bool long_lived) const {
+  Block* exact = fast_find(rounded, stream, kind, long_lived);
   return exact && acceptable(exact, rounded) ? exact : nullptr;
 }
 
-Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) const {
+Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
+                          bool long_lived) const {
   const FreeSet& set = free_[static_cast<int>(kind)];
   if (set.empty()) return nullptr;
   // The set is ordered by tag first, so its ends bound the tags present: skip a probe
@@ -150,6 +153,9 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) c
   for (StreamId tag : {stream, kAnyStream}) {
     if (tag < lowest || tag > highest) continue;
     auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
+    // A long-lived request skips holes of short-lived segments (rare: it happens while the
+    // model is built and in optimizer steps, and the walk stops at the first fit).
+    while (it != set.end() && it->stream == tag && !fits_class(it->block, long_lived)) ++it;
     if (it == set.end() || it->stream != tag || !acceptable(it->block, rounded)) continue;
     if (!best || it->size < best->size) best = it->block;
   }
@@ -699,11 +705,12 @@ std::string Pool::snapshot_json() const {
     }
     std::snprintf(buf, sizeof buf,
                   "%s{\"address\":%" PRIuPTR ",\"total_size\":%zu,\"segment_type\":\"%s\","
-                  "\"allocated_size\":%lld,\"active_size\":%lld,\"blocks\":[",
+                  "\"allocated_size\":%lld,\"active_size\":%lld,\"long_lived\":%s,\"blocks\":[",
                   first_seg ? "" : ",", seg->addr, seg->size,
                   seg->pool == PoolKind::kSmall ? "small"
                   : seg->pool == PoolKind::kLarge ? "large" : "persistent",
-                  static_cast<long long>(allocated), static_cast<long long>(active));
+                  static_cast<long long>(allocated), static_cast<long long>(active),
+                  seg->long_lived ? "true" : "false");
     out += buf;
     first_seg = false;
     for (const Block* b = seg->first; b; b = b->next) {

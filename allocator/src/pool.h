@@ -47,6 +47,21 @@ namespace pyalloc {
 // returns the pieces to their segments as free memory tagged with the block's stream, and
 // the engine unmaps the range once that stream's work up to the free is done (or, if other
 // streams used it too, waits for them all first and returns the pieces idle).
+// Note [Lifetime classes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Best fit sees sizes, not lifetimes. A training run makes its long-lived tensors (the
+// model, then the optimizer's state in its first step) while short-lived ones fill the
+// small pool's 2 MiB segments, so a long-lived block lands in a hole among gradients and
+// activations and keeps that segment busy for the rest of the run. The engine is told
+// which phase it is in (Engine::set_long_lived: install() marks the model's construction
+// and every optimizer step long-lived, forward and backward not); a small request made in
+// a long-lived phase is served only from segments a long-lived request filled from empty,
+// or from an empty segment, which it then marks. Short-lived requests use any segment as
+// before (best fit), so the holes of long-lived segments are not wasted. Classes are
+// segments' marks, not blocks': a segment changes class only when it is empty. On the
+// MLP's trace (tools/bench_frag.py, the simulated device) the momentum buffers then share
+// segments with each other instead of three segments with gradients: peak reserved
+// 106 -> 104 MiB; the CNN's and the transformer's traces are unchanged (docs/design.md).
 class Pool {
  public:
   explicit Pool(std::size_t max_split_size);
@@ -55,15 +70,19 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   // A block of exactly `rounded` bytes of pool `kind` from the exact-size cache, or nullptr.
-  Block* find_exact(std::size_t rounded, StreamId stream, PoolKind kind) const;
-  // The best block of the free sets (not the exact-size cache: flush it first) for a
-  // request of `rounded` bytes on `stream`: the smallest that fits among blocks tagged
-  // `stream` and blocks tagged kAnyStream, honouring max_split_size. nullptr if none.
-  Block* find_free(std::size_t rounded, StreamId stream) const {
-    return find_free_in(pool_for(rounded), rounded, stream);
+  // `long_lived`: only where a long-lived request may go (Note [Lifetime classes]).
+  Block* find_exact(std::size_t rounded, StreamId stream, PoolKind kind, bool long_lived) const;
+  // The best block of pool `kind`'s free sets (not the exact-size cache: flush it first)
+  // for a request of `rounded` bytes on `stream`: the smallest that fits among blocks
+  // tagged `stream` and blocks tagged kAnyStream, honouring max_split_size, and with
+  // `long_lived` only where a long-lived request may go. nullptr if none.
+  Block* find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
+                      bool long_lived = false) const;
+  // Whether a request of class `long_lived` may be served from free block `b`.
+  static bool fits_class(const Block* b, bool long_lived) {
+    const Segment* s = b->segment;
+    return !long_lived || s->pool != PoolKind::kSmall || s->long_lived || !b->is_split();
   }
-  // The same search in a given pool (the borrow rung: a small request in the large pool).
-  Block* find_free_in(PoolKind kind, std::size_t rounded, StreamId stream) const;
   // The same search, skipping free blocks that overlap [lo, hi) (compaction's window:
   // what is moved out of it must not land in it). max_split_size is not honoured: a moved
   // block fits where it can.
@@ -159,7 +178,7 @@ class Pool {
   Block* split_off(Block* block, std::size_t keep);
   void fast_push(Block* block);
   void fast_remove(Block* block);
-  Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind) const;
+  Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind, bool long_lived) const;
   Block* new_block();
   void delete_block(Block* b);
 

@@ -13,7 +13,9 @@
 //                 rung 2).
 //   4. release    give every wholly free cached segment back to the device and grow
 //                 again (num_alloc_retries, num_sync_all_streams); then, for a small
-//                 request, borrow a piece of a large-pool free block (num_small_borrows).
+//                 long-lived request, take a hole of a short-lived segment (Note
+//                 [Lifetime classes] in pool.h); then, for a small request, borrow a
+//                 piece of a large-pool free block (num_small_borrows).
 //      stitch     again, now also mapping a segment of what the free chunks lack if
 //                 the budget has room (num_stitches; Note [Stitching] in pool.h).
 //   5. evict      choose evictable blocks (evictor.h, option evict_strategy), have the
@@ -50,7 +52,7 @@ std::size_t Engine::headroom_locked() const {
 }
 
 Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
-                            bool* taken) {
+                            bool long_lived, bool* taken) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
   const bool stitchable = stitches(kind);
@@ -60,7 +62,7 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
     *taken = stitched != nullptr;
     return stitched;
   };
-  Block* block = find_cached_locked(rounded, stream, kind);
+  Block* block = find_cached_locked(rounded, stream, kind, long_lived);
   // Rung 1b, stitch first: free chunks already cached cover the request, so mapping more
   // memory would only grow the pool around its own holes. Where they cover part of it, and
   // that part is at least a large segment's worth, the pool grows by the rest only, as an
@@ -74,7 +76,8 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
     return block;
   if (!block) block = grow_locked(rounded, kind);
   bool fenced = false;
-  if (!block && (fenced = fence_streams_locked(stream))) block = find_cached_locked(rounded, stream, kind);
+  if (!block && (fenced = fence_streams_locked(stream)))
+    block = find_cached_locked(rounded, stream, kind, long_lived);
   // Rung 3b, under a registry: stitch from what is cached, before releasing it. The
   // release rung waits for the whole device and unmaps free segments, which eviction
   // rounds then make the engine map again (on CUDA, a cuMemCreate per chunk): on an
@@ -91,6 +94,9 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
     ++pool_.stats().num_alloc_retries;
     if (release_cached_locked()) block = grow_locked(rounded, kind);
   }
+  // Rung 4a: a long-lived request with no room of its class left takes any hole rather
+  // than fail: lifetime classes place blocks, they never refuse memory that is there.
+  if (!block && long_lived) block = find_cached_locked(rounded, stream, kind, /*long_lived=*/false);
   if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
     // only memory left, and small requests never look there. Take a piece of one rather
@@ -139,13 +145,14 @@ std::vector<std::uint64_t> Engine::plan_proactive_locked() {
   return take_victims_locked(plan, /*proactive=*/true);
 }
 
-Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind) {
+Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
+                                  bool long_lived) {
   // An exact-size hit needs no search. On a miss, every cached block joins the free sets
   // first, so best fit (and every later rung) sees all free memory: See Note
   // [Exact-size cache] in pool.h.
-  if (Block* exact = pool_.find_exact(rounded, stream, kind)) return exact;
+  if (Block* exact = pool_.find_exact(rounded, stream, kind, long_lived)) return exact;
   pool_.flush_fast();
-  return pool_.find_free_in(kind, rounded, stream);
+  return pool_.find_free_in(kind, rounded, stream, long_lived);
 }
 
 Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {

@@ -32,7 +32,8 @@ namespace pyalloc {
   X(kEmptyCache, "empty_cache")  \
   X(kSetBudget, "set_budget")    \
   X(kEvict, "evict")             \
-  X(kStitch, "stitch")
+  X(kStitch, "stitch")           \
+  X(kLifetime, "lifetime")
 
 enum class TraceAction : std::uint8_t {
 #define PYALLOC_TRACE_ENUM(name, text) name,

@@ -164,6 +164,7 @@ def segment_figures(seg: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "address": seg["address"],
         "segment_type": seg.get("segment_type", "?"),
+        "long_lived": bool(seg.get("long_lived", False)),   # lifetime classes (docs/formats.md)
         "total_size": total,
         "allocated_bytes": by_state[ALLOCATED],
         "active_bytes": by_state[ALLOCATED] + by_state[AWAITING],
@@ -261,7 +262,7 @@ def analyze_snapshot(doc: Dict[str, Any], stats: Optional[Dict[str, Any]] = None
         # Whether an eviction policy was active (files before 2026-11-23 do not say).
         "evicting": snapshot.get("evicting"),
         "stitching": snapshot.get("stitching"),
-        # The device's mapping granularity, what stitching maps (files before 2026-11-24
+        # The device's mapping granularity, what stitching maps (files older than the key
         # do not say; it was 2 MiB on both backends then).
         "chunk_bytes": chunk,
         # Only the OOM section reads it: a walk over every chunk is not paid for elsewhere.

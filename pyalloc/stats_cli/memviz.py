@@ -176,6 +176,8 @@ def trace_entries(doc: Dict[str, Any], alloc_frames: Dict[int, List[Dict[str, An
         if frames is None:
             frames = frames_of[e.context] = context_frames(contexts, e.context)
         time_us = e.t_ns // 1000
+        if e.action == "lifetime":
+            continue   # a placement hint for the engine: nothing the viewer can show
         if e.action == "oom":
             limit = _memory_limit(replay.budget, device_total)
             free = max(0, limit - replay.reserved) if limit is not None else 0

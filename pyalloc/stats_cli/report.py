@@ -172,9 +172,14 @@ def trace_sections(a: Dict[str, Any]) -> List[Section]:
             Section("Events by action", counts or [("(none)", "")])]
 
 
+def segment_kind(s: Dict[str, Any]) -> str:
+    """The segment's pool, and its lifetime class where it holds long-lived blocks."""
+    return s["segment_type"] + (" (long-lived)" if s.get("long_lived") else "")
+
+
 def segments_section(segments: List[Dict[str, Any]], max_rows: int) -> Section:
     shown = segments if max_rows == 0 else segments[:max_rows]
-    rows = [(format_address(s["address"]), s["segment_type"], format_bytes(s["total_size"]),
+    rows = [(format_address(s["address"]), segment_kind(s), format_bytes(s["total_size"]),
              format_ratio(s["allocated_fraction"]), str(s["blocks"]),
              format_bytes(s["largest_free_block"])) for s in shown]
     notes = []
@@ -197,7 +202,7 @@ def histogram_section(histogram: List[Dict[str, int]]) -> Section:
 
 
 def fragmented_section(ranked: List[Dict[str, Any]]) -> Section:
-    rows = [(format_address(s["address"]), s["segment_type"], format_bytes(s["total_size"]),
+    rows = [(format_address(s["address"]), segment_kind(s), format_bytes(s["total_size"]),
              format_bytes(s["stranded_free_bytes"]), format_bytes(s["free_bytes"]),
              str(s["free_blocks"]), format_bytes(s["largest_free_block"])) for s in ranked]
     notes = ["stranded = free bytes outside the segment's largest free block"]

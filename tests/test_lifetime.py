@@ -1,0 +1,172 @@
+"""Lifetime classes (Note [Lifetime classes] in allocator/src/pool.h; pyalloc/lifetime.py).
+
+* A small request made in a long-lived phase goes only into a segment a long-lived request
+  filled from empty, or into an empty one (which it marks); short-lived requests use the
+  holes of any segment. A segment changes class only when it is empty.
+* Classes place blocks and never refuse memory: with the budget spent, a long-lived
+  request takes a hole of a short-lived segment rather than fail.
+* The phase is traced, so a replay places blocks as the live run did.
+* install() marks the model's construction, every optimizer step and ``pyalloc.long_lived()``
+  blocks long-lived, and nothing else; training is bit-identical with the option off.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_unit, train
+from pyalloc import files
+from pyalloc.replay import replay
+from pyalloc.trace import record_trace
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def segment_of(engine, ptr):
+    for seg in engine.snapshot()["segments"]:
+        if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
+            return seg
+    raise AssertionError(f"0x{ptr:x} is in no segment")
+
+
+def short_segment_with_a_hole(engine):
+    """A small segment of short-lived blocks: 1 MiB and 512 KiB taken, 512 KiB free."""
+    engine.set_long_lived(False)
+    return engine.alloc(1 * MiB), engine.alloc(512 * KiB)
+
+
+@pytest.mark.parametrize("classes", [True, False])
+def test_long_lived_blocks_keep_out_of_short_lived_segments(make_engine, classes):
+    engine = make_engine(lifetime_classes=classes)
+    a, b = short_segment_with_a_hole(engine)
+    engine.set_long_lived(True)
+    state = engine.alloc(256 * KiB)
+    more_state = engine.alloc(256 * KiB)
+    short = segment_of(engine, a)
+    if classes:
+        # Not into the 512 KiB hole beside a and b: a segment of its own, which the next
+        # long-lived block shares.
+        assert segment_of(engine, state)["address"] != short["address"]
+        assert segment_of(engine, more_state)["address"] == segment_of(engine, state)["address"]
+        assert segment_of(engine, state)["long_lived"] and not short["long_lived"]
+    else:
+        # Best fit alone: the hole of the short-lived segment.
+        assert segment_of(engine, state)["address"] == short["address"]
+        assert segment_of(engine, more_state)["address"] == short["address"]
+    for p in (a, b, state, more_state):
+        engine.free(p)
+
+
+def test_short_lived_blocks_use_the_holes_of_long_lived_segments(make_engine):
+    engine = make_engine()
+    full = [engine.alloc(1 * MiB), engine.alloc(1 * MiB)]   # one short-lived segment, full
+    engine.set_long_lived(True)
+    state = engine.alloc(256 * KiB)
+    engine.set_long_lived(False)
+    mapped = engine.stats()["num_device_alloc"]
+    activation = engine.alloc(512 * KiB)
+    assert engine.stats()["num_device_alloc"] == mapped, "a new segment instead of the hole"
+    long_segment = segment_of(engine, state)
+    assert segment_of(engine, activation)["address"] == long_segment["address"]
+
+    # The segment keeps its class while anything lives in it, whatever freed what...
+    engine.free(state)
+    assert segment_of(engine, activation)["long_lived"]
+    # ... and changes it only when a request takes it whole, empty.
+    engine.free(activation)
+    whole = engine.alloc(1 * MiB)
+    assert segment_of(engine, whole)["address"] == long_segment["address"]
+    assert not segment_of(engine, whole)["long_lived"]
+    for p in full + [whole]:
+        engine.free(p)
+
+
+def test_a_long_lived_request_takes_a_short_lived_hole_rather_than_fail(make_engine):
+    # The budget holds two small segments, both short-lived and busy; the only room left
+    # is the 512 KiB hole of the first.
+    engine = make_engine(budget="4MiB")
+    a, b = short_segment_with_a_hole(engine)
+    c, d = engine.alloc(1 * MiB), engine.alloc(1 * MiB)
+    engine.set_long_lived(True)
+    state = engine.alloc(512 * KiB)
+    assert segment_of(engine, state)["address"] == segment_of(engine, a)["address"]
+    assert engine.stats()["num_ooms"] == 0
+    for p in (a, b, c, d, state):
+        engine.free(p)
+
+
+def test_the_phase_is_traced_and_the_replay_places_blocks_as_the_live_run_did(make_engine,
+                                                                               tmp_path):
+    engine = make_engine()
+    path = tmp_path / "lifetime.json.gz"
+    with record_trace(path, engine=engine):
+        a, b = short_segment_with_a_hole(engine)
+        engine.set_long_lived(True)
+        state = engine.alloc(256 * KiB)
+        engine.set_long_lived(True)   # no change: not traced again
+        engine.set_long_lived(False)
+        engine.free(a)
+        engine.free(b)
+    engine.free(state)
+    trace = files.load(path)
+    action, size = trace["columns"].index("action"), trace["columns"].index("size")
+    # The phase when recording began, then each change.
+    assert [e[size] for e in trace["events"] if e[action] == "lifetime"] == [0, 1, 0]
+    live = trace["final"]["stats"]["num_device_alloc"] - trace["initial"]["stats"]["num_device_alloc"]
+    assert live == 2
+    assert replay(trace).num_device_alloc == 2
+    # Without the classes, the state would have gone into the hole.
+    assert replay(trace, {"lifetime_classes": "false"}).num_device_alloc == 1
+
+
+def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_path):
+    run_unit(f"""
+        from pyalloc import files, lifetime
+        assert lifetime.is_long_lived(), "the model is built after install()"
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        seen = []
+        opt.register_step_pre_hook(lambda *args: seen.append(lifetime.is_long_lived()))
+        x = torch.randn(32, 64)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).square().mean()
+            assert not lifetime.is_long_lived(), "forward is short-lived"
+            loss.backward()
+            assert not lifetime.is_long_lived(), "backward is short-lived"
+            opt.step()
+            assert not lifetime.is_long_lived(), "the phase after a step is short-lived"
+
+        step()
+        with pyalloc.record_trace({str(tmp_path / 'step.json.gz')!r}):
+            step()
+        assert seen == [True, True]
+
+        # Parameters (made while the model was built) and momentum (made in the first
+        # step) are in long-lived segments.
+        def segment_of(ptr):
+            for seg in pyalloc.snapshot()["segments"]:
+                if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
+                    return seg
+        for p in model.parameters():
+            assert segment_of(p.data_ptr())["long_lived"]
+            assert segment_of(opt.state[p]["momentum_buffer"].data_ptr())["long_lived"]
+
+        trace = files.load({str(tmp_path / 'step.json.gz')!r})
+        action, size = trace["columns"].index("action"), trace["columns"].index("size")
+        assert [e[size] for e in trace["events"] if e[action] == "lifetime"] == [0, 1, 0]
+
+        with pyalloc.long_lived():
+            assert lifetime.is_long_lived()
+            with pyalloc.long_lived():
+                pass
+            assert lifetime.is_long_lived(), "an inner block restores the outer phase"
+        assert not lifetime.is_long_lived()
+    """)
+
+
+def test_training_is_bit_identical_with_lifetime_classes_on_and_off():
+    on = train("cnn", "2GiB", steps=4)   # the default; shared with test_remat and test_swap
+    off = train("cnn", "2GiB", steps=4, lifetime_classes="false")
+    assert on["record"] == off["record"] and len(on["record"]) == 5
