@@ -42,6 +42,11 @@ trained, its final loss against the unconstrained run's (bit for bit), compactio
 storages moved and their MiB; and per configuration the smallest budget that trained.
 ``--skip-compaction`` leaves it out.
 
+Lifetime classes in training (not a replay: the parameters, made after ``install()``, are in
+the pool too): each task trains 3 steps with option ``lifetime_classes`` off and on, under a
+loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
+allocated bytes that trains all 3 steps. ``--skip-training`` leaves it out.
+
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
 is replayed, each configuration in a process of its own, through:
 
@@ -122,7 +127,10 @@ def tightest_budget(trace: Dict[str, Any], overrides: Dict[str, Any], peak: int,
     return None
 
 
-COMPACT_TRIAL = """
+# Three SGD steps of a task in a fresh process under a budget and options: whether it
+# trained, its last loss (bit for bit) and the allocator's figures. Used by the compaction
+# runs and the lifetime-class runs.
+TRIAL = """
 import json, torch, pyalloc
 pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
 from pyalloc.models import TASKS
@@ -131,7 +139,7 @@ dev = "cuda" if {device!r} == "cuda" else "cpu"
 task = TASKS[{task!r}]
 model = task.build().to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+x, y = task.batch({batch!r} or task.default_batch, torch.Generator().manual_seed(1))
 x, y = x.to(dev), y.to(dev)
 loss, trained = None, True
 try:
@@ -145,30 +153,32 @@ except torch.OutOfMemoryError:
 s = pyalloc.memory_stats()
 print("RESULT " + json.dumps({{"trained": trained,
     "loss": loss.item().hex() if trained else None, "peak": s["reserved_bytes.all.peak"],
+    "peak_allocated": s["allocated_bytes.all.peak"],
     "compactions": s["num_compactions"], "relocations": s["num_relocations"],
     "relocated": s["num_relocated_bytes"], "evictions": s["num_evictions"]}}))
 """
 
 
-def compact_trial(task: str, device: str, budget: Any, options: Dict[str, Any]) -> Dict[str, Any]:
-    code = COMPACT_TRIAL.format(task=task, device=device, budget=budget, options=options)
+def trial(task: str, device: str, budget: Any, options: Dict[str, Any],
+          batch: Optional[int] = None) -> Dict[str, Any]:
+    code = TRIAL.format(task=task, device=device, budget=budget, options=options, batch=batch)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=str(Path(__file__).resolve().parent.parent))
     found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if not found:
-        raise RuntimeError(f"compaction trial failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+        raise RuntimeError(f"training trial failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
     return json.loads(found[-1][len("RESULT "):])
 
 
 def compaction_runs(task: str, device: str) -> Dict[str, Any]:
     """The unconstrained run, then recompute with compaction on and off at falling budgets."""
-    free = compact_trial(task, device, "90%" if device == "cuda" else "2GiB", {})
+    free = trial(task, device, "90%" if device == "cuda" else "2GiB", {})
     runs = []
     for tenths in range(70, 25, -5):
         fraction = tenths / 100
         for compact in (True, False):
             budget = int(fraction * free["peak"])
-            r = compact_trial(task, device, budget, {"policy": "recompute", "compact": compact})
+            r = trial(task, device, budget, {"policy": "recompute", "compact": compact})
             runs.append({"fraction": fraction, "compact": compact, "budget": budget, **r,
                          "identical": r["trained"] and r["loss"] == free["loss"]})
     smallest = {}
@@ -176,6 +186,48 @@ def compaction_runs(task: str, device: str) -> Dict[str, Any]:
         ok = [r["fraction"] for r in runs if r["compact"] == compact and r["trained"]]
         smallest["on" if compact else "off"] = min(ok) if ok else None
     return {"task": task, "unconstrained": free, "runs": runs, "smallest": smallest}
+
+
+def lifetime_runs(tasks: List[str], device: str, batch: Optional[int] = None,
+                  sim_capacity: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Each task trained with lifetime classes off and on: peak reserved under a loose
+    budget, and the least budget, in whole 2 MiB chunks up from the peak allocated bytes
+    (at most 1.25x), that trains all 3 steps. Training, not a replay: the parameters are
+    in the pool too, made after install() as the docs ask."""
+    loose = "90%" if device == "cuda" else (sim_capacity or "2GiB")
+    extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
+    rows = []
+    for task in tasks:
+        for classes in ("false", "true"):
+            options = {"lifetime_classes": classes, **extra}
+            free = trial(task, device, loose, options, batch)
+            if not free["trained"]:
+                raise RuntimeError(f"{task} does not train under the loose budget {loose}")
+            least = -(-free["peak_allocated"] // CHUNK) * CHUNK
+            while least <= 1.25 * free["peak_allocated"] and \
+                    not trial(task, device, least, options, batch)["trained"]:
+                least += CHUNK
+            found = least <= 1.25 * free["peak_allocated"]
+            rows.append({"task": task, "lifetime_classes": classes == "true",
+                         "peak_allocated": free["peak_allocated"], "loose_peak": free["peak"],
+                         "least_budget": least if found else None})
+    return rows
+
+
+def lifetime_table(rows: List[Dict[str, Any]]) -> str:
+    lines = ["Training 3 steps (parameters in the pool): lifetime classes off and on.", "",
+             "| task | lifetime classes | peak allocated MiB | loose budget: peak reserved MiB "
+             "(utilization) | least budget that trains MiB (utilization) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        least = r["least_budget"]
+        lines.append(
+            f"| {r['task']} | {'on' if r['lifetime_classes'] else 'off'} | "
+            f"{r['peak_allocated'] / 2**20:.1f} | {r['loose_peak'] / 2**20:.0f} "
+            f"({r['peak_allocated'] / r['loose_peak']:.3f}) | "
+            + ("over 1.25x |" if least is None else
+               f"{least / 2**20:.0f} ({r['peak_allocated'] / least:.3f}) |"))
+    return "\n".join(lines)
 
 
 def compaction_table(result: Dict[str, Any]) -> str:
@@ -367,6 +419,10 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
         print("compaction runs (inplace_mlp)", flush=True)
         payload["compaction"] = compaction_runs("inplace_mlp", "cuda")
         text += "\n\n" + compaction_table(payload["compaction"])
+    if not args.skip_models and not args.skip_training:
+        print("lifetime-class training runs", flush=True)
+        payload["lifetime"] = lifetime_runs(args.tasks, "cuda", args.batch)
+        text += "\n\n" + lifetime_table(payload["lifetime"])
     write_results(args.out, "bench_frag", device, started, argv, payload, text)
     return 0
 
@@ -406,6 +462,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--sim-capacity", help="record on a simulated device this large, all of it "
                    "the budget (default: 2 GiB of the default device); e.g. 8GiB for "
                    "--tasks gpt2 --batch 2")
+    p.add_argument("--skip-training", action="store_true",
+                   help="leave out the lifetime-class runs (each task trained with the option "
+                        "off and on, down to the least budget that trains)")
     p.add_argument("--skip-compaction", action="store_true",
                    help="leave out the compaction runs (training inplace_mlp)")
     p.add_argument("--out", default=".", help="where bench_frag.json and .md go")
@@ -453,6 +512,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.skip_compaction:
         payload["compaction"] = compaction_runs("inplace_mlp", "cpu")
         text += "\n\n" + compaction_table(payload["compaction"])
+    if not args.skip_models and not args.skip_training:
+        payload["lifetime"] = lifetime_runs(args.tasks, "cpu", args.batch, args.sim_capacity)
+        text += "\n\n" + lifetime_table(payload["lifetime"])
     write_results(args.out, "bench_frag", "Replayed on the simulated device", started, argv,
                   payload, text)
     return 0

@@ -344,6 +344,10 @@ void Engine::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   trace_.record(TraceAction::kEmptyCache, 0, 0, 0, 0);
   process_events_locked(/*wait=*/false);
+  // Stitched ranges whose streams are done, even where no segment is wholly free (the
+  // release below then returns early): a stitched block's free records its event on the
+  // stream's worker, so whether the free itself could unmap the range was a race.
+  unmap_retired_locked(/*wait=*/false);
   release_cached_locked();
   after_op_locked();
 }
