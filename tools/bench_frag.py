@@ -64,7 +64,8 @@ allocator's peak reserved bytes, the same numerator for all four.
     python tools/bench_frag.py                 # patterns and model traces, simulated device
     python tools/bench_frag.py --skip-models   # patterns only (seconds)
     python tools/bench_frag.py --device cuda --tasks cnn transformer resnet50 gpt2
-    python tools/bench_frag.py --tasks gpt2 --batch 2 --sim-capacity 8GiB --skip-compaction
+    python tools/bench_frag.py --tasks gpt2 --batch 2 --sim-capacity 8GiB --skip-compaction \
+        --skip-training
 
 Writes ``bench_frag.json`` and ``bench_frag.md`` into ``--out`` and prints the table; the
 recorded model traces are kept in ``--out``/traces/TASK.json.gz.
