@@ -150,6 +150,8 @@ int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t s
         if (!err.empty()) report_failure("free failed: " + err);
       }
       if (dice == 99 && rng() % 64 == 0) engine->empty_cache();
+      // The lifetime phase is the engine's: any thread may flip it under the others' feet.
+      if (dice == 98 && rng() % 4 == 0) engine->set_long_lived(rng() % 2 == 0);
       if (check_every && n % check_every == 0) {
         std::string violation = engine->check_invariants();
         if (!violation.empty()) report_failure("invariant violated: " + violation);

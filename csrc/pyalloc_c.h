@@ -170,7 +170,8 @@ PYALLOC_API int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t s
 PYALLOC_API int pyalloc_sim_fail_copies(pyalloc_engine* engine, unsigned count);
 /* Multi-threaded randomized stress: `threads` threads doing `ops` operations in total,
  * sizes log-uniform in [1, max_size], every block pattern-checked before it is freed,
- * invariants checked every `check_every` operations (0: only at the end).
+ * the lifetime phase flipped now and then from any thread, invariants checked every
+ * `check_every` operations (0: only at the end).
  * Returns 0 when clean; a report of the first failure otherwise. */
 PYALLOC_API int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t seed,
                    size_t max_size, uint64_t check_every);

@@ -1,8 +1,8 @@
 """Multi-threaded stress tests of the engine.
 
 * The native loop (``Engine.stress`` → ``pyalloc_stress``): 8 threads share one engine,
-  allocating log-uniform sizes on four streams (with record_stream and empty_cache mixed
-  in), pattern-checking every block before freeing it and checking invariants every
+  allocating log-uniform sizes on four streams (with record_stream, empty_cache and flips
+  of the lifetime phase mixed in), pattern-checking every block before freeing it and checking invariants every
   ``check_every`` operations. Run on a budget-constrained engine, where the OOM, fence and
   release rungs all fire (asserted through the counters), and on a roomy one.
 * The same kind of workload from 8 Python threads through the ctypes API (ctypes releases
