@@ -43,7 +43,9 @@ storages moved and their MiB; and per configuration the smallest budget that tra
 ``--skip-compaction`` leaves it out.
 
 Lifetime classes in training (not a replay: the parameters, made after ``install()``, are in
-the pool too): each task trains 3 steps with option ``lifetime_classes`` off and on, under a
+the pool too): each task trains 3 steps, with SGD (momentum) and with Adam (``foreach``, the
+implementation PyTorch picks on CUDA: its temporaries are made inside the step, so they
+are long-lived requests), with option ``lifetime_classes`` off and on, under a
 loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
 allocated bytes that trains all 3 steps. ``--skip-training`` leaves it out.
 
@@ -73,6 +75,7 @@ recorded model traces are kept in ``--out``/traces/TASK.json.gz.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -128,9 +131,9 @@ def tightest_budget(trace: Dict[str, Any], overrides: Dict[str, Any], peak: int,
     return None
 
 
-# Three SGD steps of a task in a fresh process under a budget and options: whether it
-# trained, its last loss (bit for bit) and the allocator's figures. Used by the compaction
-# runs and the lifetime-class runs.
+# Three steps of a task, with one of OPTIMIZERS (below), in a fresh process under a budget
+# and options: whether it trained, its last loss (bit for bit) and the allocator's figures.
+# Used by the compaction runs and the lifetime-class runs.
 TRIAL = """
 import json, torch, pyalloc
 pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
@@ -139,7 +142,7 @@ torch.manual_seed(0)
 dev = "cuda" if {device!r} == "cuda" else "cpu"
 task = TASKS[{task!r}]
 model = task.build().to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+opt = {optimizer}
 x, y = task.batch({batch!r} or task.default_batch, torch.Generator().manual_seed(1))
 x, y = x.to(dev), y.to(dev)
 loss, trained = None, True
@@ -160,9 +163,15 @@ print("RESULT " + json.dumps({{"trained": trained,
 """
 
 
+# The optimizers the training runs use (Python source, over `model`).
+OPTIMIZERS = {"SGD": "torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)",
+              "Adam (foreach)": "torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)"}
+
+
 def trial(task: str, device: str, budget: Any, options: Dict[str, Any],
-          batch: Optional[int] = None) -> Dict[str, Any]:
-    code = TRIAL.format(task=task, device=device, budget=budget, options=options, batch=batch)
+          batch: Optional[int] = None, optimizer: str = "SGD") -> Dict[str, Any]:
+    code = TRIAL.format(task=task, device=device, budget=budget, options=options, batch=batch,
+                        optimizer=OPTIMIZERS[optimizer])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=str(Path(__file__).resolve().parent.parent))
     found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -198,32 +207,31 @@ def lifetime_runs(tasks: List[str], device: str, batch: Optional[int] = None,
     loose = "90%" if device == "cuda" else (sim_capacity or "2GiB")
     extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
     rows = []
-    for task in tasks:
-        for classes in ("false", "true"):
-            options = {"lifetime_classes": classes, **extra}
-            free = trial(task, device, loose, options, batch)
-            if not free["trained"]:
-                raise RuntimeError(f"{task} does not train under the loose budget {loose}")
-            least = -(-free["peak_allocated"] // CHUNK) * CHUNK
-            while least <= 1.25 * free["peak_allocated"] and \
-                    not trial(task, device, least, options, batch)["trained"]:
-                least += CHUNK
-            found = least <= 1.25 * free["peak_allocated"]
-            rows.append({"task": task, "lifetime_classes": classes == "true",
-                         "peak_allocated": free["peak_allocated"], "loose_peak": free["peak"],
-                         "least_budget": least if found else None})
+    for task, optimizer, classes in itertools.product(tasks, OPTIMIZERS, ("false", "true")):
+        options = {"lifetime_classes": classes, **extra}
+        free = trial(task, device, loose, options, batch, optimizer)
+        if not free["trained"]:
+            raise RuntimeError(f"{task} does not train under the loose budget {loose}")
+        least = -(-free["peak_allocated"] // CHUNK) * CHUNK
+        while least <= 1.25 * free["peak_allocated"] and \
+                not trial(task, device, least, options, batch, optimizer)["trained"]:
+            least += CHUNK
+        found = least <= 1.25 * free["peak_allocated"]
+        rows.append({"task": task, "optimizer": optimizer, "lifetime_classes": classes == "true",
+                     "peak_allocated": free["peak_allocated"], "loose_peak": free["peak"],
+                     "least_budget": least if found else None})
     return rows
 
 
 def lifetime_table(rows: List[Dict[str, Any]]) -> str:
     lines = ["Training 3 steps (parameters in the pool): lifetime classes off and on.", "",
-             "| task | lifetime classes | peak allocated MiB | loose budget: peak reserved MiB "
-             "(utilization) | least budget that trains MiB (utilization) |",
-             "|---|---|---|---|---|"]
+             "| task | optimizer | lifetime classes | peak allocated MiB | loose budget: peak "
+             "reserved MiB (utilization) | least budget that trains MiB (utilization) |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         least = r["least_budget"]
         lines.append(
-            f"| {r['task']} | {'on' if r['lifetime_classes'] else 'off'} | "
+            f"| {r['task']} | {r['optimizer']} | {'on' if r['lifetime_classes'] else 'off'} | "
             f"{r['peak_allocated'] / 2**20:.1f} | {r['loose_peak'] / 2**20:.0f} "
             f"({r['peak_allocated'] / r['loose_peak']:.3f}) | "
             + ("over 1.25x |" if least is None else
