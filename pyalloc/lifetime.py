@@ -15,9 +15,10 @@ What marks a phase long-lived, once :func:`arm` has run (``install()`` calls it)
   model, a cache).
 
 Everything else (forward, backward, evaluation) is short-lived. A wrong guess costs
-placement, never correctness: a block's class only decides which free memory it may take.
-The hooks cost a call into the library per optimizer step; the forward hook removes itself
-after the first forward.
+placement, never correctness: a block's class only decides which free memory it may take
+(a model that runs a forward inside its constructor, to infer a shape, makes the rest of
+its parameters short-lived). The hooks cost a call into the library per optimizer step;
+the forward hook removes itself after the first forward.
 """
 from __future__ import annotations
 
@@ -29,18 +30,24 @@ from . import _lib
 
 _lock = threading.Lock()
 _long_lived = False
+_depth = 0                            # long_lived() blocks open now
 _forward_hook: Optional[Any] = None   # removed by the first forward
 _step_hooks: List[Any] = []
 
 
-def _set(long_lived: bool) -> bool:
-    """Sets the phase of every installed engine; returns the phase before."""
+def _set(long_lived: bool) -> None:
+    """Sets the phase of every installed engine."""
     global _long_lived
     with _lock:
-        before, _long_lived = _long_lived, long_lived
-        if before != long_lived:
+        if long_lived != _long_lived:
+            _long_lived = long_lived
             _lib.lib().pyalloc_set_long_lived(int(long_lived))
-    return before
+
+
+def _outside_steps() -> bool:
+    """The phase between optimizer steps: long-lived inside a long_lived() block or before
+    the model's first forward, short-lived otherwise."""
+    return _depth > 0 or _forward_hook is not None
 
 
 def is_long_lived() -> bool:
@@ -58,11 +65,16 @@ def long_lived() -> Iterator[None]:
     >>> with pyalloc.long_lived():
     ...     ema = copy.deepcopy(model)   # kept for the whole run
     """
-    before = _set(True)
+    global _depth
+    with _lock:
+        _depth += 1
+    _set(True)
     try:
         yield
     finally:
-        _set(before)
+        with _lock:
+            _depth -= 1
+        _set(_outside_steps())
 
 
 def _first_forward(module: Any, args: Any) -> None:
@@ -71,7 +83,7 @@ def _first_forward(module: Any, args: Any) -> None:
     if _forward_hook is not None:
         _forward_hook.remove()
         _forward_hook = None
-        _set(False)
+        _set(_outside_steps())
 
 
 def _step_begins(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -79,7 +91,9 @@ def _step_begins(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 
 def _step_ends(optimizer: Any, args: Any, kwargs: Any) -> None:
-    _set(False)
+    # Not "the phase before the step": a step that raised never got here, and its phase
+    # would then outlive it.
+    _set(_outside_steps())
 
 
 def arm() -> None:

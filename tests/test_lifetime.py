@@ -161,7 +161,21 @@ def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_pat
             assert lifetime.is_long_lived()
             with pyalloc.long_lived():
                 pass
-            assert lifetime.is_long_lived(), "an inner block restores the outer phase"
+            assert lifetime.is_long_lived(), "an inner block leaves the outer one long-lived"
+            opt.step()
+            assert lifetime.is_long_lived(), "a step inside the block leaves it long-lived"
+        assert not lifetime.is_long_lived()
+
+        # A step that raised (here: a hook of its own, before pyalloc's) leaves the phase
+        # long-lived until the next step ends, not for good.
+        def failing(optimizer, args, kwargs):
+            raise RuntimeError("boom")
+        handle = opt.register_step_post_hook(failing)
+        with pytest.raises(RuntimeError, match="boom"):
+            opt.step()
+        assert lifetime.is_long_lived()
+        handle.remove()
+        opt.step()
         assert not lifetime.is_long_lived()
     """)
 

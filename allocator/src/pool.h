@@ -59,9 +59,10 @@ namespace pyalloc {
 // or from an empty segment, which it then marks. Short-lived requests use any segment as
 // before (best fit), so the holes of long-lived segments are not wasted. Classes are
 // segments' marks, not blocks': a segment changes class only when it is empty. On the
-// MLP's trace (tools/bench_frag.py, the simulated device) the momentum buffers then share
-// segments with each other instead of three segments with gradients: peak reserved
-// 106 -> 104 MiB; the CNN's and the transformer's traces are unchanged (docs/design.md).
+// recorded traces (tools/bench_frag.py, the simulated device) the least budget that serves
+// every request fell from 106 to 104 MiB on the MLP's, whose momentum buffers had sat in
+// every segment the gradients left a hole in, and from 88 to 86 MiB on the transformer's;
+// the price is up to one more 2 MiB segment under a loose budget (docs/design.md).
 class Pool {
  public:
   explicit Pool(std::size_t max_split_size);
