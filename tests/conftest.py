@@ -71,7 +71,8 @@ print("params", _h.hexdigest())
 
 
 # A training run of one of pyalloc.models' tasks in a fresh process: install with the
-# given options, run `setup`, train with SGD and momentum, run `report`, print the losses,
+# given options, run `setup`, train with `optimizer` (SGD with momentum unless the caller
+# names another), run `report`, print the losses,
 # the state digest, the peak reserved bytes, and the registry's counters ("remat.*",
 # without the prefix) with num_ooms.
 TRAIN = """
@@ -83,7 +84,7 @@ torch.use_deterministic_algorithms(True)
 {setup}
 task = TASKS[{task!r}]
 model = task.build().to({device!r})
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+opt = {optimizer}
 x, y = task.batch({batch}, torch.Generator().manual_seed(1))
 x, y = x.to({device!r}), y.to({device!r})
 for step in range({steps}):
@@ -106,21 +107,26 @@ TRAIN_BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}
 
 @functools.lru_cache(maxsize=None)
 def _train(task: str, budget, steps: int, batch: int, device: str, options: tuple, setup: str,
-           report: str, env: tuple) -> str:
+           report: str, env: tuple, optimizer: str) -> str:
     return run_in_subprocess(TRAIN.format(task=task, budget=budget, options=dict(options),
                                           steps=steps, batch=batch, device=device, setup=setup,
-                                          report=report, digest=STATE_DIGEST), env=dict(env))
+                                          report=report, digest=STATE_DIGEST,
+                                          optimizer=optimizer), env=dict(env))
+
+
+SGD = "torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)"
 
 
 def train(task: str, budget, steps: int = 20, batch: int | None = None, device: str = "cpu",
-          setup: str = "", report: str = "", env: dict | None = None, **options) -> dict:
+          setup: str = "", report: str = "", env: dict | None = None, optimizer: str = SGD,
+          **options) -> dict:
     """Trains ``task`` in a subprocess (see TRAIN); returns ``{"record": lines that must match
     bit for bit, "peak": peak reserved bytes, "output": everything printed, **registry
     counters}``. Identical calls are run once per test session (the unconstrained reference
     runs are shared)."""
     out = _train(task, budget, steps, batch or TRAIN_BATCH[task], device,
                  tuple(sorted(options.items())), setup, report,
-                 tuple(sorted((env or {}).items())))
+                 tuple(sorted((env or {}).items())), optimizer)
     lines = out.splitlines()
     return {"record": training_record(out), "peak": int(lines[-2].split()[1]), "output": out,
             **json.loads(lines[-1])}
