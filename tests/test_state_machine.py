@@ -14,6 +14,8 @@ sometimes fail. A plain-Python model tracks every live block. After every step:
   the registry's part (a block with no write in flight can move; moving is allocating the
   reserved destination under a placement, copying, freeing the old block), so a block
   moved onto memory still in use, or a destination handed out twice, reads wrong;
+* a small block allocated in a long-lived phase sits in a long-lived segment unless the
+  budget had no room for another segment (lifetime classes: placement, never refusal);
 * the snapshot agrees with the model: each live block is allocated at its address with
   its requested size, on its stream, in the pool and with the size its class dictates
   (a quarter of the allocations are made in INPLACE_UPDATE's persistent region, which
@@ -133,6 +135,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.streams = [0] + [self.engine.create_stream() for _ in range(3)]
         self.engine.set_stream_delay(self.streams[1], SLOW_STREAM_DELAY_US)
         self.live: dict = {}  # tag -> Live
+        self.long_lived = False  # the engine's lifetime phase (set_lifetime)
         self.engine.set_compact_callbacks(self.movable, self.relocate)
 
     # --- the registry's side of compaction ---------------------------------------------------
@@ -172,6 +175,8 @@ class EngineMachine(RuleBasedStateMachine):
             event("alloc: out of memory")
             return UNALLOCATED
         assert ptr and ptr % 512 == 0
+        if self.long_lived and not persistent and pool_of(size) == "small":
+            self.check_lifetime_class(ptr)
         block = Live(ptr, size, stream_index, next(_tags), persistent=persistent)
         write_pattern(ptr, size, block.tag)
         self.live[block.tag] = block
@@ -235,11 +240,23 @@ class EngineMachine(RuleBasedStateMachine):
             problem = block.mismatch()
             assert not problem, problem
 
+    def check_lifetime_class(self, ptr):
+        """A long-lived small block sits in a long-lived segment, unless the budget had no
+        room for one more (rung 4a: a hole of a short-lived segment rather than a failure;
+        a borrow from the large pool)."""
+        seg = next(s for s in self.engine.snapshot()["segments"]
+                   if s["address"] <= ptr < s["address"] + s["total_size"])
+        if seg["segment_type"] == "small" and not seg["long_lived"]:
+            reserved = self.engine.stats()["reserved_bytes.all.current"]
+            assert reserved + 2 * MiB > BUDGET, (seg, reserved)
+            event("a long-lived block took a short-lived hole (rung 4a)")
+
     @rule(long_lived=st.booleans())
     def set_lifetime(self, long_lived):
         """Small requests from now on are of this lifetime class (pyalloc.lifetime): they
         are placed differently and, under the budget, must fail no more often."""
         self.engine.set_long_lived(long_lived)
+        self.long_lived = long_lived
 
     @rule()
     def empty_cache(self):
