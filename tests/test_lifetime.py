@@ -14,18 +14,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_unit, train
+from memory_patterns import KiB, MiB, segment_of
 from pyalloc import files
 from pyalloc.replay import replay
 from pyalloc.trace import record_trace
-
-KiB, MiB = 1 << 10, 1 << 20
-
-
-def segment_of(engine, ptr):
-    for seg in engine.snapshot()["segments"]:
-        if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
-            return seg
-    raise AssertionError(f"0x{ptr:x} is in no segment")
 
 
 def short_segment_with_a_hole(engine):
@@ -120,6 +112,7 @@ def test_the_phase_is_traced_and_the_replay_places_blocks_as_the_live_run_did(ma
 
 def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_path):
     run_unit(f"""
+        from memory_patterns import segment_of
         from pyalloc import files, lifetime
         assert lifetime.is_long_lived(), "the model is built after install()"
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
@@ -145,13 +138,9 @@ def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_pat
 
         # Parameters (made while the model was built) and momentum (made in the first
         # step) are in long-lived segments.
-        def segment_of(ptr):
-            for seg in pyalloc.snapshot()["segments"]:
-                if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
-                    return seg
         for p in model.parameters():
-            assert segment_of(p.data_ptr())["long_lived"]
-            assert segment_of(opt.state[p]["momentum_buffer"].data_ptr())["long_lived"]
+            assert segment_of(engine, p.data_ptr())["long_lived"]
+            assert segment_of(engine, opt.state[p]["momentum_buffer"].data_ptr())["long_lived"]
 
         trace = files.load({str(tmp_path / 'step.json.gz')!r})
         action, size = trace["columns"].index("action"), trace["columns"].index("size")

@@ -1,9 +1,9 @@
 """Randomized state-machine test of the engine (Hypothesis ``RuleBasedStateMachine``).
 
 Hypothesis drives random sequences of alloc / free / record_stream / fill-on-a-stream /
-synchronize / empty_cache / a change of lifetime class over sizes from bytes to tens of MiB, on stream 0 and three
-created streams (one of them slow), under a budget tight enough that allocations
-sometimes fail. A plain-Python model tracks every live block. After every step:
+synchronize / empty_cache / a change of lifetime class over sizes from bytes to tens of
+MiB, on stream 0 and three created streams (one of them slow), under a budget tight
+enough that allocations sometimes fail. A plain-Python model tracks every live block. After every step:
 
 * ``check_invariants()`` holds (blocks tile segments, free neighbours merged, the stats
   equal a walk over the blocks);
@@ -41,8 +41,8 @@ from hypothesis.stateful import (
 )
 
 from memory_patterns import (
-    MiB, ROUND_LARGE, SMALL_SIZE, pattern_bytes, pool_of, regions, round_size, round_up,
-    write_pattern,
+    MiB, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, pattern_bytes, pool_of, regions, round_size,
+    round_up, segment_of, write_pattern,
 )
 from pyalloc import Engine, OutOfMemoryError, _lib
 
@@ -244,11 +244,10 @@ class EngineMachine(RuleBasedStateMachine):
         """A long-lived small block sits in a long-lived segment, unless the budget had no
         room for one more (rung 4a: a hole of a short-lived segment rather than a failure;
         a borrow from the large pool)."""
-        seg = next(s for s in self.engine.snapshot()["segments"]
-                   if s["address"] <= ptr < s["address"] + s["total_size"])
+        seg = segment_of(self.engine, ptr)
         if seg["segment_type"] == "small" and not seg["long_lived"]:
             reserved = self.engine.stats()["reserved_bytes.all.current"]
-            assert reserved + 2 * MiB > BUDGET, (seg, reserved)
+            assert reserved + SMALL_SEGMENT > BUDGET, (seg, reserved)
             event("a long-lived block took a short-lived hole (rung 4a)")
 
     @rule(long_lived=st.booleans())

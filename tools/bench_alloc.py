@@ -167,7 +167,7 @@ def main() -> int:
     parser.add_argument("--trace-repeats", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--options", default="",
-                        help="pyalloc options for the run, as PYALLOC_OPTIONS takes them "
+                        help="pyalloc options for the run, as PYALLOC_CONF takes them "
                              "(e.g. stitch_first:true), to time one configuration against "
                              "another; PyTorch's native allocator is unaffected")
     args = parser.parse_args()

@@ -112,6 +112,14 @@ with pyalloc.record_trace({path!r}):
 """
 
 
+CHUNK = 2 << 20   # the mapping granularity: budgets are whole chunks
+
+
+def whole_chunks(nbytes: float) -> int:
+    """``nbytes`` rounded up to whole chunks."""
+    return -(-int(nbytes) // CHUNK) * CHUNK
+
+
 CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
            "+ stitching first": {"stitch_first": "true"}}
 # The recorded traces carry the training phases (pyalloc.lifetime); the patterns do not,
@@ -120,13 +128,14 @@ MODEL_CONFIGS = {**CONFIGS, "+ stitching, lifetime classes off": {"lifetime_clas
 
 
 def tightest_budget(trace: Dict[str, Any], overrides: Dict[str, Any], peak: int,
-                    most: float = 1.10) -> Optional[int]:
-    """The smallest budget, in whole 2 MiB chunks from ``peak`` up to ``most`` x ``peak``, at
-    which replaying ``trace`` serves every request; None if none up to there does."""
-    budget = -(-peak // CHUNK) * CHUNK
+                    most: float = 1.10) -> Optional[Any]:
+    """The replay of ``trace`` under the smallest budget, in whole chunks from ``peak`` up to
+    ``most`` x ``peak``, that serves every request; None if none up to there does."""
+    budget = whole_chunks(peak)
     while budget <= most * peak:
-        if replay(trace, {**overrides, "budget": budget}).failures == 0:
-            return budget
+        result = replay(trace, {**overrides, "budget": budget})
+        if result.failures == 0:
+            return result
         budget += CHUNK
     return None
 
@@ -212,7 +221,7 @@ def lifetime_runs(tasks: List[str], device: str, batch: Optional[int] = None,
         free = trial(task, device, loose, options, batch, optimizer)
         if not free["trained"]:
             raise RuntimeError(f"{task} does not train under the loose budget {loose}")
-        least = -(-free["peak_allocated"] // CHUNK) * CHUNK
+        least = whole_chunks(free["peak_allocated"])
         while least <= 1.25 * free["peak_allocated"] and \
                 not trial(task, device, least, options, batch, optimizer)["trained"]:
             least += CHUNK
@@ -292,7 +301,6 @@ def record_model(task: str, directory: Path, device: str = "cpu", batch: Optiona
 # --- the GPU comparison ----------------------------------------------------------------------
 GPU_CONFIGS = {"pytorch": None, "pytorch + expandable": None,
                **{f"pyalloc {name}": options for name, options in CONFIGS.items()}}
-CHUNK = 2 << 20
 
 
 def peak_live_requested(trace: Dict[str, Any]) -> int:
@@ -402,7 +410,7 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
                 total = torch.cuda.get_device_properties(0).total_memory
                 settings = {"budget 90% of the GPU": int(0.9 * total)}
                 for slack in (1.10, 1.02):
-                    settings[f"budget {slack:.2f}x peak live"] = -(-int(slack * live) // CHUNK) * CHUNK
+                    settings[f"budget {slack:.2f}x peak live"] = whole_chunks(slack * live)
                 add(traces / f"{task}.json.gz", f"{task} trace (GPU)", trace, settings)
         jobs_path = Path(tmp) / "jobs.json"
         jobs_path.write_text(json.dumps(jobs))
@@ -506,7 +514,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rows.append(row(f"{task} trace", config + ", live options",
                                 replay(trace, overrides)))
                 for slack in (1.10, 1.02, 1.00):
-                    tight = -(-int(slack * peak) // CHUNK) * CHUNK
+                    tight = whole_chunks(slack * peak)
                     rows.append(row(f"{task} trace",
                                     f"{config}, budget {slack:.2f}x peak allocated",
                                     replay(trace, {**overrides, "budget": tight})))
@@ -515,7 +523,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 least = tightest_budget(trace, overrides, peak)
                 if least is not None:
                     rows.append(row(f"{task} trace", f"{config}, least budget with no failure",
-                                    replay(trace, {**overrides, "budget": least})))
+                                    least))
     payload = {"rows": rows}
     text = table(rows)
     if not args.skip_compaction:
