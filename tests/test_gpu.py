@@ -401,6 +401,49 @@ def test_no_request_fails_on_gpu_while_free_chunks_would_hold_it():
             assert stitched.num_stitches > 0, name
 
 
+def test_expandable_segment_on_gpu_grows_trims_and_stitches_with_data_intact():
+    # Option expandable through PyTorch on a GPU: tensors land back to back in one segment
+    # that grows a 2 MiB chunk (one cuMemCreate handle) at a time; empty_cache unmaps the free
+    # chunks at its end with the rest still mapped and intact; holes are stitched by their
+    # per-chunk handles; the whole segment goes once nothing in it is live.
+    out = run_in_subprocess("""
+        import torch, pyalloc
+        pyalloc.install(device="cuda", budget="40MiB", expandable=True)
+        MiB = 1 << 20
+        blocks = [torch.full((4 * MiB,), i, dtype=torch.uint8, device="cuda") for i in range(10)]
+        large = [s for s in pyalloc.snapshot()["segments"] if s["segment_type"] == "large"]
+        assert len(large) == 1 and large[0]["expandable"], large
+        assert [b.data_ptr() - blocks[0].data_ptr() for b in blocks] == [i * 4 * MiB for i in range(10)]
+        survivors = blocks[0::2]
+        del blocks
+        big = torch.empty(12 * MiB, dtype=torch.uint8, device="cuda")   # no hole holds it
+        big.fill_(99)
+        torch.cuda.synchronize()
+        assert pyalloc.memory_stats()["num_stitches"] == 1
+        for i, t in enumerate(survivors):
+            assert bool((t == 2 * i).all()), i
+        del big, survivors[-1]
+        torch.cuda.synchronize()
+        pyalloc.empty_cache()
+        s = pyalloc.memory_stats()
+        assert s["num_segment_trims"] == 1, s
+        seg = [s for s in pyalloc.snapshot()["segments"] if s["segment_type"] == "large"][0]
+        tail = seg["blocks"][-1]     # live, or free but less than a chunk
+        assert tail["state"] != "inactive" or tail["size"] < 2 * MiB, seg
+        for i, t in enumerate(survivors):
+            assert bool((t == 2 * i).all()), i
+        more = torch.full((10 * MiB,), 5, dtype=torch.uint8, device="cuda")   # grows again
+        torch.cuda.synchronize()
+        assert bool((more == 5).all()) and pyalloc.memory_stats()["num_segment_grows"] > 0
+        pyalloc.check_invariants()
+        del more, survivors, t       # (the loops' variable holds a survivor too)
+        pyalloc.empty_cache()
+        assert pyalloc.memory_stats()["reserved_bytes.large_pool.current"] == 0
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
 def test_compaction_on_gpu_moves_frozen_storages_with_their_contents_and_views():
     # tests/test_frag.py's case on CUDA: frozen storages between 1.5 MiB holes are moved
     # device to device (a storage copy on the current stream, the CUDA DataPtr and its

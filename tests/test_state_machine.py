@@ -16,6 +16,8 @@ enough that allocations sometimes fail. A plain-Python model tracks every live b
   moved onto memory still in use, or a destination handed out twice, reads wrong;
 * a small block allocated in a long-lived phase sits in a long-lived segment unless the
   budget had no room for another segment (lifetime classes: placement, never refusal);
+* with option expandable (ExpandableEngineMachine, the same rules), all of the above, and
+  the large pool is one expandable segment;
 * the snapshot agrees with the model: each live block is allocated at its address with
   its requested size, on its stream, in the pool and with the size its class dictates
   (a quarter of the allocations are made in INPLACE_UPDATE's persistent region, which
@@ -128,10 +130,11 @@ UNALLOCATED = object()
 
 class EngineMachine(RuleBasedStateMachine):
     blocks = Bundle("blocks")
+    OPTIONS: dict = {}   # engine options over the defaults (ExpandableEngineMachine)
 
     def __init__(self) -> None:
         super().__init__()
-        self.engine = Engine("host", budget=BUDGET, sim_capacity=CAPACITY)
+        self.engine = Engine("host", budget=BUDGET, sim_capacity=CAPACITY, **self.OPTIONS)
         self.streams = [0] + [self.engine.create_stream() for _ in range(3)]
         self.engine.set_stream_delay(self.streams[1], SLOW_STREAM_DELAY_US)
         self.live: dict = {}  # tag -> Live
@@ -457,11 +460,22 @@ def test_compaction_moves_blocks_soundly_under_random_workloads():
     assert CompactingMachine.moved_total > 0   # the rung really ran, and nothing read wrong
 
 
-EngineMachine.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.filter_too_much],
-)
+class ExpandableEngineMachine(EngineMachine):
+    """The same machine with option expandable: the large pool is one segment that grows and
+    shrinks at its end (with the budget fixed, its reservation never fills, so there is
+    never a second one)."""
+    OPTIONS = {"expandable": True}
+
+    @invariant()
+    def one_expandable_large_segment(self):
+        large = [s for s in self.engine.snapshot()["segments"] if s["segment_type"] == "large"]
+        assert len(large) <= 1 and all(s["expandable"] for s in large), large
+
+
+_SETTINGS = dict(deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+EngineMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, **_SETTINGS)
 TestEngineStateMachine = EngineMachine.TestCase
+ExpandableEngineMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50,
+                                                     **_SETTINGS)
+TestExpandableEngineStateMachine = ExpandableEngineMachine.TestCase

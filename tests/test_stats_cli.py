@@ -368,6 +368,20 @@ def test_report_names_the_segments_of_long_lived_blocks(tmp_path, capsys, engine
     engine.free(activation)
 
 
+def test_report_names_an_expandable_segment_and_counts_its_growth(tmp_path, capsys):
+    from pyalloc import Engine
+
+    with Engine("host", budget="64MiB", expandable=True) as engine:
+        ptrs = [engine.alloc(3 * MiB) for _ in range(3)]
+        path = write(tmp_path, "snap.json", snapshot_doc(engine))
+        for p in ptrs:
+            engine.free(p)
+    code, out, _ = run_cli(capsys, "report", path)
+    segments = out.split("Segments (1, by address)")[1].split("Block sizes")[0]
+    assert code == 0 and "large (expandable)" in segments and "10.00 MiB" in segments, segments
+    assert "num_segment_grows" in out
+
+
 def test_whole_chunks_count_free_and_evictable_blocks_only_where_nothing_stays():
     from pyalloc.stats_cli.analysis import (MalformedDocument, clearable_chunk_bytes,
                                             validate_snapshot)

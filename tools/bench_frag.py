@@ -18,6 +18,9 @@ Workloads, each replayed through a fresh simulated-device engine (pyalloc.replay
 Figures per workload and configuration:
 
   utilization       peak allocated / peak reserved (docs/stats.md)
+  live/reserved     the trace's own peak of live requested bytes / peak reserved: the same
+                    numerator for every configuration (allocated bytes are block sizes,
+                    and configurations round and split blocks differently)
   ext. frag.        1 - largest free block / cached free bytes, at the end of the replay
   failures          requests the replay could not serve
   covered           of those, the ones the free memory would have held: whole free 2 MiB
@@ -26,9 +29,10 @@ Figures per workload and configuration:
 
 Configurations: ``best-fit`` (option ``stitch:false``), ``+ stitching`` (the default:
 free 2 MiB chunks of several segments mapped into one range when no block holds a request
-and the budget is spent) and ``+ stitching first`` (option ``stitch_first``: stitch before
+and the budget is spent), ``+ stitching first`` (option ``stitch_first``: stitch before
 mapping more memory whenever free chunks cover the request, and grow by segments of the
-request's size). The model traces also run ``+ stitching, lifetime classes off`` (option
+request's size) and ``+ stitching, expandable`` (option ``expandable``: the large pool is
+one segment that grows by 2 MiB chunks at its end). The model traces also run ``+ stitching, lifetime classes off`` (option
 ``lifetime_classes:false``: small blocks placed by size alone, not by the training phase the
 trace records; the patterns have no phases). Fragment-aware eviction needs a registry and a
 model, so it is measured by bench_remat.py.
@@ -42,11 +46,11 @@ trained, its final loss against the unconstrained run's (bit for bit), compactio
 storages moved and their MiB; and per configuration the smallest budget that trained.
 ``--skip-compaction`` leaves it out.
 
-Lifetime classes in training (not a replay: the parameters, made after ``install()``, are in
-the pool too): each task trains 3 steps, with SGD (momentum) and with Adam (``foreach``, the
+Training (not a replay: the parameters, made after ``install()``, are in the pool too):
+each task trains 3 steps, with SGD (momentum) and with Adam (``foreach``, the
 implementation PyTorch picks on CUDA: its temporaries are made inside the step, so they
-are long-lived requests), with option ``lifetime_classes`` off and on, under a
-loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
+are long-lived requests), under each of ``TRAINING_CONFIGS`` (the defaults, lifetime
+classes off, ``expandable``, ``stitch_first``), under a loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
 allocated bytes that trains all 3 steps. ``--skip-training`` leaves it out.
 
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
@@ -58,10 +62,11 @@ is replayed, each configuration in a process of its own, through:
   pyalloc best-fit      pyalloc's CUDA backend, stitching off
   pyalloc + stitching   pyalloc's CUDA backend (real VMM mappings; nothing is written)
   pyalloc + stitching first   the same with option stitch_first
+  pyalloc + stitching, expandable   the same with option expandable
 
 Each allocator counts its own "allocated" bytes (rounding differs), so the GPU table also
 gives ``live/reserved``: the trace's own peak of live requested bytes over the
-allocator's peak reserved bytes, the same numerator for all four.
+allocator's peak reserved bytes, the same numerator for all.
 
     python tools/bench_frag.py                 # patterns and model traces, simulated device
     python tools/bench_frag.py --skip-models   # patterns only (seconds)
@@ -121,7 +126,8 @@ def whole_chunks(nbytes: float) -> int:
 
 
 CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
-           "+ stitching first": {"stitch_first": "true"}}
+           "+ stitching first": {"stitch_first": "true"},
+           "+ stitching, expandable": {"expandable": "true"}}
 # The recorded traces carry the training phases (pyalloc.lifetime); the patterns do not,
 # so lifetime classes can only matter on the traces.
 MODEL_CONFIGS = {**CONFIGS, "+ stitching, lifetime classes off": {"lifetime_classes": "false"}}
@@ -207,17 +213,23 @@ def compaction_runs(task: str, device: str) -> Dict[str, Any]:
     return {"task": task, "unconstrained": free, "runs": runs, "smallest": smallest}
 
 
-def lifetime_runs(tasks: List[str], device: str, batch: Optional[int] = None,
+# The configurations the training runs compare (options over the defaults).
+TRAINING_CONFIGS = {"default": {}, "lifetime classes off": {"lifetime_classes": "false"},
+                    "expandable": {"expandable": "true"},
+                    "stitching first": {"stitch_first": "true"}}
+
+
+def training_runs(tasks: List[str], device: str, batch: Optional[int] = None,
                   sim_capacity: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Each task trained with lifetime classes off and on: peak reserved under a loose
+    """Each task trained under each of TRAINING_CONFIGS: peak reserved under a loose
     budget, and the least budget, in whole 2 MiB chunks up from the peak allocated bytes
     (at most 1.25x), that trains all 3 steps. Training, not a replay: the parameters are
     in the pool too, made after install() as the docs ask."""
     loose = "90%" if device == "cuda" else (sim_capacity or "2GiB")
     extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
     rows = []
-    for task, optimizer, classes in itertools.product(tasks, OPTIMIZERS, ("false", "true")):
-        options = {"lifetime_classes": classes, **extra}
+    for task, optimizer, config in itertools.product(tasks, OPTIMIZERS, TRAINING_CONFIGS):
+        options = {**TRAINING_CONFIGS[config], **extra}
         free = trial(task, device, loose, options, batch, optimizer)
         if not free["trained"]:
             raise RuntimeError(f"{task} does not train under the loose budget {loose}")
@@ -226,21 +238,21 @@ def lifetime_runs(tasks: List[str], device: str, batch: Optional[int] = None,
                 not trial(task, device, least, options, batch, optimizer)["trained"]:
             least += CHUNK
         found = least <= 1.25 * free["peak_allocated"]
-        rows.append({"task": task, "optimizer": optimizer, "lifetime_classes": classes == "true",
+        rows.append({"task": task, "optimizer": optimizer, "config": config,
                      "peak_allocated": free["peak_allocated"], "loose_peak": free["peak"],
                      "least_budget": least if found else None})
     return rows
 
 
-def lifetime_table(rows: List[Dict[str, Any]]) -> str:
-    lines = ["Training 3 steps (parameters in the pool): lifetime classes off and on.", "",
-             "| task | optimizer | lifetime classes | peak allocated MiB | loose budget: peak "
+def training_table(rows: List[Dict[str, Any]]) -> str:
+    lines = ["Training 3 steps (parameters in the pool).", "",
+             "| task | optimizer | configuration | peak allocated MiB | loose budget: peak "
              "reserved MiB (utilization) | least budget that trains MiB (utilization) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         least = r["least_budget"]
         lines.append(
-            f"| {r['task']} | {r['optimizer']} | {'on' if r['lifetime_classes'] else 'off'} | "
+            f"| {r['task']} | {r['optimizer']} | {r['config']} | "
             f"{r['peak_allocated'] / 2**20:.1f} | {r['loose_peak'] / 2**20:.0f} "
             f"({r['peak_allocated'] / r['loose_peak']:.3f}) | "
             + ("over 1.25x |" if least is None else
@@ -266,10 +278,12 @@ def compaction_table(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def row(workload: str, config: str, result: Any) -> Dict[str, Any]:
+def row(workload: str, config: str, result: Any, live: int) -> Dict[str, Any]:
+    """One table row; ``live`` is the trace's peak of live requested bytes."""
     return {"workload": workload, "config": config, "events": result.events,
             "stitches": result.num_stitches,
             "utilization": result.utilization,
+            "live_over_reserved": live / result.peak_reserved if result.peak_reserved else 1.0,
             "external_fragmentation": result.external_fragmentation,
             "failures": result.failures, "covered_failures": result.covered_failures,
             "peak_reserved": result.peak_reserved, "peak_allocated": result.peak_allocated}
@@ -371,14 +385,14 @@ def gpu_worker(config: str, jobs_path: str) -> List[Dict[str, Any]]:
                                    else files.load(path))
         trace = traces[job["path"]]
         label = f"{config}, {job['setting']}"
+        live = job["peak_live"]
         if GPU_CONFIGS[config] is None:
             r = {**replay_native(trace, job["budget"]), "workload": job["workload"], "config": label}
+            r["live_over_reserved"] = live / r["peak_reserved"] if r["peak_reserved"] else 1.0
         else:
             r = row(job["workload"], label, replay(
-                trace, {**GPU_CONFIGS[config], "budget": job["budget"]}, device="cuda"))
-        live = job["peak_live"]
-        rows.append({**r, "live_over_reserved":
-                     live / r["peak_reserved"] if r["peak_reserved"] else 1.0})
+                trace, {**GPU_CONFIGS[config], "budget": job["budget"]}, device="cuda"), live)
+        rows.append(r)
     return rows
 
 
@@ -437,9 +451,9 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
         payload["compaction"] = compaction_runs("inplace_mlp", "cuda")
         text += "\n\n" + compaction_table(payload["compaction"])
     if not args.skip_models and not args.skip_training:
-        print("lifetime-class training runs", flush=True)
-        payload["lifetime"] = lifetime_runs(args.tasks, "cuda", args.batch)
-        text += "\n\n" + lifetime_table(payload["lifetime"])
+        print("training runs", flush=True)
+        payload["training"] = training_runs(args.tasks, "cuda", args.batch)
+        text += "\n\n" + training_table(payload["training"])
     write_results(args.out, "bench_frag", device, started, argv, payload, text)
     return 0
 
@@ -458,12 +472,14 @@ def gpu_table(rows: List[Dict[str, Any]]) -> str:
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
-    lines = ["| workload | config | events | utilization | ext. frag. (end) | failures | "
-             "covered by free chunks | stitches | peak reserved MiB | peak allocated MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | config | events | utilization | live/reserved | ext. frag. (end) | "
+             "failures | covered by free chunks | stitches | peak reserved MiB | "
+             "peak allocated MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['config']} | {r['events']} | "
-                     f"{r['utilization']:.3f} | {r['external_fragmentation']:.3f} | "
+                     f"{r['utilization']:.3f} | {r['live_over_reserved']:.3f} | "
+                     f"{r['external_fragmentation']:.3f} | "
                      f"{r['failures']} | {r['covered_failures']} | {r['stitches']} | "
                      f"{r['peak_reserved'] / 2**20:.1f} | {r['peak_allocated'] / 2**20:.1f} |")
     return "\n".join(lines)
@@ -480,7 +496,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "the budget (default: 2 GiB of the default device); e.g. 8GiB for "
                    "--tasks gpt2 --batch 2")
     p.add_argument("--skip-training", action="store_true",
-                   help="leave out the lifetime-class runs (each task trained with the option "
+                   help="leave out the training runs (each task trained under each of "
                         "off and on, down to the least budget that trains)")
     p.add_argument("--skip-compaction", action="store_true",
                    help="leave out the compaction runs (training inplace_mlp)")
@@ -501,8 +517,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, generate in PATTERNS.items():
         for seed in range(args.seeds):
             trace = generate(seed=seed)
+            live = peak_live_requested(trace)
             for config, overrides in CONFIGS.items():
-                rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides)))
+                rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides), live))
     if not args.skip_models:
         traces = traces_dir(args.out)
         for task in args.tasks:
@@ -510,28 +527,29 @@ def main(argv: Optional[List[str]] = None) -> int:
             # The replay's own peak: blocks allocated before the trace began
             # (the parameters) are not replayed, so the live run's is larger.
             peak = replay(trace).peak_allocated
+            live = peak_live_requested(trace)
             for config, overrides in MODEL_CONFIGS.items():
                 rows.append(row(f"{task} trace", config + ", live options",
-                                replay(trace, overrides)))
+                                replay(trace, overrides), live))
                 for slack in (1.10, 1.02, 1.00):
                     tight = whole_chunks(slack * peak)
                     rows.append(row(f"{task} trace",
                                     f"{config}, budget {slack:.2f}x peak allocated",
-                                    replay(trace, {**overrides, "budget": tight})))
+                                    replay(trace, {**overrides, "budget": tight}), live))
                 # The figure that says whether fragmentation costs memory: peak allocated
                 # over the least budget that serves every request.
                 least = tightest_budget(trace, overrides, peak)
                 if least is not None:
                     rows.append(row(f"{task} trace", f"{config}, least budget with no failure",
-                                    least))
+                                    least, live))
     payload = {"rows": rows}
     text = table(rows)
     if not args.skip_compaction:
         payload["compaction"] = compaction_runs("inplace_mlp", "cpu")
         text += "\n\n" + compaction_table(payload["compaction"])
     if not args.skip_models and not args.skip_training:
-        payload["lifetime"] = lifetime_runs(args.tasks, "cpu", args.batch, args.sim_capacity)
-        text += "\n\n" + lifetime_table(payload["lifetime"])
+        payload["training"] = training_runs(args.tasks, "cpu", args.batch, args.sim_capacity)
+        text += "\n\n" + training_table(payload["training"])
     write_results(args.out, "bench_frag", "Replayed on the simulated device", started, argv,
                   payload, text)
     return 0

@@ -32,3 +32,7 @@ python3 tools/bench_alloc.py --trace "$out/demo/trace.json.gz" --json "$out/benc
   2>&1 | tail -7
 python3 tools/bench_alloc.py --device cpu --trace "$out/demo/trace.json.gz" \
   --json "$out/bench_alloc_sim.json" 2>&1 | tail -5
+# Expandable segments (option expandable): the same trace, to weigh their mapping cost on
+# the GPU against the default layout's before either becomes the default.
+python3 tools/bench_alloc.py --trace "$out/demo/trace.json.gz" --options expandable:true \
+  --json "$out/bench_alloc_gpu_expandable.json" 2>&1 | tail -7

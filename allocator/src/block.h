@@ -148,8 +148,17 @@ struct Segment {
   std::uintptr_t addr = 0;
   std::size_t size = 0;
   PoolKind pool = PoolKind::kLarge;
-  PhysicalHandle physical;  // none for a stitched range: its pages belong to other segments
+  // Physical memory: one handle for the whole segment, or, for an expandable segment,
+  // one handle per 2 MiB chunk in `chunks` (so it can grow and shrink at its end);
+  // none for a stitched range, whose pages belong to other segments.
+  PhysicalHandle physical;
+  std::vector<PhysicalHandle> chunks;
   Block* first = nullptr;
+  Block* last = nullptr;  // the block that ends at addr + size
+  // An expandable segment (Note [Expandable segments] in pool.h) reserved `va_bytes` of
+  // address space and maps its first `size` bytes; it grows by mapping chunks at its end.
+  bool expandable = false;
+  std::size_t va_bytes = 0;
   // A stitched range (Note [Stitching]): one allocated block, `first`, whose pages are the
   // lent pieces of other segments, in address order of the range.
   bool stitched = false;

@@ -93,7 +93,8 @@ CompactPlan plan_compaction(const Pool& pool, std::size_t rounded, PoolKind kind
         fits = false;
         break;
       }
-      // What Pool::take will leave free of that hole, by the pool's own rule.
+      // What Pool::take will leave free of that hole, by the pool's own rule (in an
+      // expandable segment it leaves slivers too: counting them as nothing is safe).
       const std::size_t rest = pool.splits(kind, *it, m->size) ? *it - m->size : 0;
       room.erase(it);
       if (rest) room.insert(rest);

@@ -180,7 +180,34 @@ class Engine {
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
   Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
                             bool long_lived = false);
-  Block* grow_locked(std::size_t rounded, PoolKind kind);
+  Block* grow_locked(std::size_t rounded, PoolKind kind, StreamId stream);
+  // Option expandable (Note [Expandable segments] in pool.h): maps what the request lacks
+  // at the end of pool `kind`'s expandable segment (or starts one); the free block that
+  // then holds the request, or nullptr.
+  Block* expand_locked(std::size_t rounded, PoolKind kind, StreamId stream);
+  // Maps `need` bytes at the end of expandable segment `seg` (nullptr: starts pool `kind`'s
+  // expandable segment with them) if the budget has room; the free block that ends it.
+  Block* extend_locked(Segment* seg, PoolKind kind, std::size_t need, StreamId stream);
+  // Creates and maps `count` chunks from `va`, one physical handle each, into *chunks;
+  // all or nothing.
+  bool map_chunks_locked(std::uintptr_t va, std::size_t count,
+                         std::vector<PhysicalHandle>* chunks);
+  // Maps [offset, offset + bytes) of `seg`'s physical memory at `va` (stitching).
+  bool map_piece_locked(std::uintptr_t va, const Segment* seg, std::size_t offset,
+                        std::size_t bytes);
+  // Unmaps and releases a segment the pool gave up (take_releasable_segments).
+  void unmap_segment_locked(Segment* seg);
+  // Gives back the free chunks at the end of each expandable segment; true if any.
+  bool trim_expandable_locked();
+  // Whether trim_expandable_locked() would give anything back. The tails' streams may
+  // still be working: the caller synchronizes first.
+  bool has_trimmable_locked() const {
+    for (int k = 0; k < kPoolKinds; ++k) {
+      const Segment* seg = pool_.expandable(static_cast<PoolKind>(k));
+      if (seg && pool_.trimmable(seg, backend_->granularity())) return true;
+    }
+    return false;
+  }
   // Reserves, creates and maps a segment of exactly `size` bytes (the budget is the
   // caller's to check); its one free block, or nullptr.
   Block* map_segment_locked(std::size_t size, PoolKind kind);

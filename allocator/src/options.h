@@ -43,6 +43,11 @@ namespace pyalloc {
     "segments do, stitch them rather than map a new segment (where they hold 20 MiB or "    \
     "more of it but not all, map only the rest and stitch), and grow by segments no larger " \
     "than the request, so reserved memory grows only when free memory falls short.")        \
+  X(expandable, kBool, "false",                                                             \
+    "Large pool: one segment that grows by mapping 2 MiB chunks at its end (and gives free " \
+    "chunks at its end back on release), instead of a new segment per cache miss, as "      \
+    "PyTorch's expandable_segments; blocks freed next to each other merge across what "     \
+    "would have been segment boundaries.")                                                     \
   X(lifetime_classes, kBool, "true",                                                         \
     "Place small blocks by lifetime: what is allocated while the model is built and inside " \
     "optimizer steps (install() tells the engine) goes only into small segments holding "   \
@@ -104,6 +109,7 @@ struct Options {
   std::size_t max_split_size = 0;
   bool stitch = true;
   bool stitch_first = false;
+  bool expandable = false;
   bool lifetime_classes = true;
   bool compact = true;
   std::size_t trace_capacity = 0;

@@ -190,10 +190,12 @@ Block* Pool::find_borrow(std::size_t rounded, StreamId stream) {
   return piece;
 }
 
-bool Pool::splits(PoolKind kind, std::size_t size, std::size_t rounded) const {
+bool Pool::splits(PoolKind kind, std::size_t size, std::size_t rounded, bool expandable) const {
   std::size_t remaining = size - rounded;
-  // Persistent segments hold tensors that live for the whole run: pack them tightly.
-  if (kind != PoolKind::kLarge) return remaining >= kMinBlockSize;
+  // Persistent segments hold tensors that live for the whole run: pack them tightly. So
+  // do expandable ones (as PyTorch's): a remainder at the end is where the segment grows
+  // next, and one inside merges with whatever is freed beside it.
+  if (kind != PoolKind::kLarge || expandable) return remaining >= kMinBlockSize;
   // In the large pool a remainder of 1 MiB or less could only ever serve small requests,
   // which the large pool never sees; keeping it attached avoids a useless sliver.
   return remaining > kSmallSize && (max_split_size_ == 0 || rounded < max_split_size_);
@@ -208,6 +210,7 @@ Block* Pool::split_off(Block* b, std::size_t keep) {
   rest->next = b->next;
   rest->stream = b->stream;  // the remainder is exactly as safe to reuse as before
   if (b->next) b->next->prev = rest;
+  else b->segment->last = rest;
   b->next = rest;
   b->size = keep;
   return rest;
@@ -215,7 +218,8 @@ Block* Pool::split_off(Block* b, std::size_t keep) {
 
 Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
   erase_free(b);
-  if (splits(b->segment->pool, b->size, rounded)) insert_free(split_off(b, rounded));
+  if (splits(b->segment->pool, b->size, rounded, b->segment->expandable))
+    insert_free(split_off(b, rounded));
   b->state = BlockState::kAllocated;
   b->requested = requested;
   b->stream = stream;
@@ -249,7 +253,7 @@ Block* Pool::add_segment(std::uintptr_t addr, std::size_t size, PoolKind pool,
   b->size = size;
   b->segment = seg;
   b->stream = kAnyStream;  // fresh memory: no stream has touched it
-  seg->first = b;
+  seg->first = seg->last = b;
   segments_.emplace(addr, seg);
   if (is_oversize(size)) stats_.oversize_segments.increase(1);
   insert_free(b);
@@ -281,6 +285,7 @@ std::vector<Segment*> Pool::take_releasable_segments() {
       continue;
     }
     erase_free(b);
+    if (seg == expandable_[static_cast<int>(seg->pool)]) expandable_[static_cast<int>(seg->pool)] = nullptr;
     int p = stat_pool(seg);
     update(stats_.segment, p, -1);
     update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
@@ -288,6 +293,81 @@ std::vector<Segment*> Pool::take_releasable_segments() {
     out.push_back(seg);
     it = segments_.erase(it);
   }
+  return out;
+}
+
+// --- expandable segments (Note [Expandable segments] in pool.h) ------------------------
+
+Block* Pool::add_expandable(std::uintptr_t addr, std::size_t va_bytes, PoolKind kind,
+                            std::vector<PhysicalHandle> chunks, std::size_t chunk) {
+  Block* b = add_segment(addr, chunks.size() * chunk, kind, PhysicalHandle{});
+  Segment* seg = b->segment;
+  seg->expandable = true;
+  seg->va_bytes = va_bytes;
+  seg->chunks = std::move(chunks);
+  expandable_[static_cast<int>(kind)] = seg;
+  return b;
+}
+
+Block* Pool::extend(Segment* seg, std::vector<PhysicalHandle> chunks, std::size_t chunk,
+                    StreamId stream) {
+  const std::size_t bytes = chunks.size() * chunk;
+  const bool was_oversize = is_oversize(seg->size);
+  seg->chunks.insert(seg->chunks.end(), chunks.begin(), chunks.end());
+  Block* tail = seg->last;
+  if (tail->state == BlockState::kFree && (tail->stream == stream || tail->stream == kAnyStream)) {
+    erase_free(tail);
+    tail->size += bytes;  // the fresh chunks are idle: the tail keeps its tag
+  } else {
+    Block* fresh = new_block();
+    fresh->addr = seg->addr + seg->size;
+    fresh->size = bytes;
+    fresh->segment = seg;
+    fresh->prev = tail;
+    // Next to a free block of another stream an idle block would merge into it and take
+    // its tag; tagged with the requesting stream (always safe) it stays apart.
+    const bool tail_free = tail->state == BlockState::kFree;
+    fresh->stream = tail_free ? stream : kAnyStream;
+    if (tail_free) erase_free(tail);  // it becomes split: re-file it (inactive_split)
+    tail->next = fresh;
+    if (tail_free) insert_free(tail);
+    seg->last = tail = fresh;
+  }
+  seg->size += bytes;
+  insert_free(tail);
+  if (!was_oversize && is_oversize(seg->size)) stats_.oversize_segments.increase(1);
+  update(stats_.reserved_bytes, stat_pool(seg), static_cast<std::int64_t>(bytes));
+  return tail;
+}
+
+std::size_t Pool::trimmable(const Segment* seg, std::size_t chunk) const {
+  const Block* tail = seg->last;
+  if (!seg->expandable || tail->state != BlockState::kFree || tail == seg->first) return 0;
+  return seg->addr + seg->size - round_up(tail->addr, chunk);
+}
+
+std::vector<PhysicalHandle> Pool::trim(Segment* seg, std::size_t bytes, std::size_t chunk) {
+  Block* tail = seg->last;
+  const bool was_oversize = is_oversize(seg->size);
+  erase_free(tail);
+  if (bytes < tail->size) {
+    tail->size -= bytes;
+    insert_free(tail);
+  } else {  // the tail began at a chunk boundary: it goes whole
+    Block* prev = tail->prev;
+    const bool prev_free = prev->state == BlockState::kFree;
+    if (prev_free) erase_free(prev);  // it may become unsplit: re-file it (inactive_split)
+    seg->last = prev;
+    prev->next = nullptr;
+    delete_block(tail);
+    if (prev_free) insert_free(prev);
+  }
+  seg->size -= bytes;
+  if (was_oversize && !is_oversize(seg->size)) stats_.oversize_segments.decrease(1);
+  update(stats_.reserved_bytes, stat_pool(seg), -static_cast<std::int64_t>(bytes));
+  const auto keep = static_cast<std::ptrdiff_t>(seg->size / chunk);
+  std::vector<PhysicalHandle> out(seg->chunks.begin() + keep, seg->chunks.end());
+  seg->chunks.resize(static_cast<std::size_t>(keep));
   return out;
 }
 
@@ -346,7 +426,7 @@ Block* Pool::add_stitched(std::uintptr_t va, std::size_t bytes,
   sb->state = BlockState::kAllocated;
   sb->requested = requested;
   sb->stream = stream;
-  range->first = sb;
+  range->first = range->last = sb;
   for (const StitchRun& run : runs) {
     Block* b = run.free_block;
     Segment* seg = b->segment;
@@ -420,6 +500,7 @@ void Pool::absorb_neighbours(Block* b) {
     } else {
       b->next = n->next;
       if (n->next) n->next->prev = b;
+      else b->segment->last = b;
     }
     b->size += n->size;
     delete_block(n);
@@ -633,6 +714,15 @@ std::string Pool::check_invariants() const {
       }
     }
     if (covered != seg->size) return fail("block sizes do not add up to the segment size", seg->first);
+    if (!seg->last || seg->last->next || seg->last->segment != seg) {
+      return fail("segment " + format_address(seg->addr) + " does not end with its last block", seg->last);
+    }
+    if (seg->expandable ? seg->chunks.size() * kStitchChunk != seg->size || seg->va_bytes < seg->size
+                        : !seg->chunks.empty()) {
+      return fail("segment " + format_address(seg->addr) + " maps " +
+                  std::to_string(seg->chunks.size()) + " chunks for " + std::to_string(seg->size) +
+                  " bytes", nullptr);
+    }
   }
   for (const auto& kv : stitched_) {
     const Segment* range = kv.second;
@@ -705,12 +795,14 @@ std::string Pool::snapshot_json() const {
     }
     std::snprintf(buf, sizeof buf,
                   "%s{\"address\":%" PRIuPTR ",\"total_size\":%zu,\"segment_type\":\"%s\","
-                  "\"allocated_size\":%lld,\"active_size\":%lld,\"long_lived\":%s,\"blocks\":[",
+                  "\"allocated_size\":%lld,\"active_size\":%lld,\"long_lived\":%s,"
+                  "\"expandable\":%s,\"reserved_address_space\":%zu,\"blocks\":[",
                   first_seg ? "" : ",", seg->addr, seg->size,
                   seg->pool == PoolKind::kSmall ? "small"
                   : seg->pool == PoolKind::kLarge ? "large" : "persistent",
                   static_cast<long long>(allocated), static_cast<long long>(active),
-                  seg->long_lived ? "true" : "false");
+                  seg->long_lived ? "true" : "false", seg->expandable ? "true" : "false",
+                  seg->expandable ? seg->va_bytes : seg->size);
     out += buf;
     first_seg = false;
     for (const Block* b = seg->first; b; b = b->next) {

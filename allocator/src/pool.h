@@ -47,6 +47,23 @@ namespace pyalloc {
 // returns the pieces to their segments as free memory tagged with the block's stream, and
 // the engine unmaps the range once that stream's work up to the free is done (or, if other
 // streams used it too, waits for them all first and returns the pieces idle).
+// Note [Expandable segments]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With option expandable, the large pool does not map a new segment per cache miss: it
+// keeps one segment whose reservation covers the whole budget and maps 2 MiB chunks at
+// its end as requests need them, each chunk its own physical handle (PyTorch's
+// expandable_segments, with 2 MiB pages where PyTorch maps 20 MiB ones in its large
+// pool). A request no free block holds grows the segment by what the free block at its
+// end lacks, if that block may serve the request's stream (Note [Stream tags]), else by
+// the whole request; so blocks freed side by side merge across what would have been the
+// boundaries of separate segments, and reserved memory grows only by what is missing.
+// Blocks split down to 512 B, as in the small pool: a remainder at the end is where the
+// next growth starts. Release (rung 4, empty_cache) unmaps the whole free chunks at the
+// end, or the whole segment when nothing in it is live; free chunks inside stay mapped
+// for best fit and for stitching, which maps them by their per-chunk handles. A budget
+// raised past the reservation starts another segment, the one that grows from then on.
+// Mappings happen only when the pool grows or shrinks, never per allocation: training the
+// models of pyalloc.models under a loose budget, the segment grows in the first step only.
 // Note [Lifetime classes]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Best fit sees sizes, not lifetimes. A training run makes its long-lived tensors (the
@@ -99,7 +116,9 @@ class Pool {
   Block* find_borrow(std::size_t rounded, StreamId stream);
   // Whether taking `rounded` bytes of a free block of `size` bytes in pool `kind` leaves
   // the rest as a free block of its own (otherwise the taken block keeps it).
-  bool splits(PoolKind kind, std::size_t size, std::size_t rounded) const;
+  // `expandable`: the block is in an expandable segment (Note [Expandable segments]).
+  bool splits(PoolKind kind, std::size_t size, std::size_t rounded,
+              bool expandable = false) const;
   // Hands out `block` (which find_free returned) for a request, splitting off the rest
   // when it is worth keeping (splits()).
   Block* take(Block* block, std::size_t rounded, std::size_t requested, StreamId stream);
@@ -156,6 +175,25 @@ class Pool {
   void dissolve_stitched(Block* block, std::uintptr_t* va, std::size_t* bytes, StreamId tag);
   const std::map<std::uintptr_t, Segment*>& stitched() const { return stitched_; }
 
+  // --- expandable segments (Note [Expandable segments]) ---
+  // Pool `kind`'s expandable segment, the one that grows; nullptr when none is mapped.
+  Segment* expandable(PoolKind kind) const { return expandable_[static_cast<int>(kind)]; }
+  // Registers `chunks` (one handle per `chunk` bytes), mapped in order from `addr`, the
+  // start of a reservation of `va_bytes`, as pool `kind`'s expandable segment: one free
+  // block tagged kAnyStream, as add_segment.
+  Block* add_expandable(std::uintptr_t addr, std::size_t va_bytes, PoolKind kind,
+                        std::vector<PhysicalHandle> chunks, std::size_t chunk);
+  // Records `chunks`, just mapped at the end of `seg`, and returns the free block that now
+  // ends it: the last block grown, if it is free and `stream` may use it, else a new one.
+  Block* extend(Segment* seg, std::vector<PhysicalHandle> chunks, std::size_t chunk,
+                StreamId stream);
+  // Bytes of whole free chunks at the end of expandable segment `seg` that trim() can cut
+  // (0 when its last block is live, or is its only block: then release takes it whole).
+  std::size_t trimmable(const Segment* seg, std::size_t chunk) const;
+  // Cuts trimmable() bytes from the end of `seg` and returns their physical chunks, which
+  // the caller unmaps and releases.
+  std::vector<PhysicalHandle> trim(Segment* seg, std::size_t bytes, std::size_t chunk);
+
   const std::map<std::uintptr_t, Segment*>& segments() const { return segments_; }
   Stats& stats() { return stats_; }
   const Stats& stats() const { return stats_; }
@@ -189,6 +227,7 @@ class Pool {
   FreeSet free_[kPoolKinds];                      // indexed by PoolKind
   std::map<std::uintptr_t, Segment*> segments_;   // by address
   std::map<std::uintptr_t, Segment*> stitched_;   // stitched ranges, by address
+  Segment* expandable_[kPoolKinds] = {};          // the segment of each pool that grows
   // plan_stitch, or with `all` every run there is (trimmed to `bytes` in total otherwise).
   std::vector<StitchRun> plan_stitch(std::size_t bytes, std::size_t chunk, StreamId stream,
                                      bool all) const;

@@ -4,7 +4,8 @@
 // and each is counted in the stats:
 //
 //   1. cached     best fit among free blocks of this stream and idle blocks.
-//   2. grow       a new segment from the device, if the budget allows it.
+//   2. grow       a new segment from the device, if the budget allows it (option
+//                 expandable: grow the large pool's one segment at its end instead).
 //   3. fence      wait for other streams' outstanding work, then reuse their cached
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
 //      stitch     if free 2 MiB chunks of the cached segments cover a large request, map
@@ -74,7 +75,7 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   // and 3, and saved nothing at their peaks.
   if (!block && stitchable && options_.stitch_first && (block = stitch_cached(kLargeSegment)))
     return block;
-  if (!block) block = grow_locked(rounded, kind);
+  if (!block) block = grow_locked(rounded, kind, stream);
   bool fenced = false;
   if (!block && (fenced = fence_streams_locked(stream)))
     block = find_cached_locked(rounded, stream, kind, long_lived);
@@ -92,7 +93,7 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
     return block;
   if (!block) {
     ++pool_.stats().num_alloc_retries;
-    if (release_cached_locked()) block = grow_locked(rounded, kind);
+    if (release_cached_locked()) block = grow_locked(rounded, kind, stream);
   }
   // Rung 4a: a long-lived request with no room of its class left takes any hole rather
   // than fail: lifetime classes place blocks, they never refuse memory that is there.
@@ -155,7 +156,8 @@ Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind
   return pool_.find_free_in(kind, rounded, stream, long_lived);
 }
 
-Block* Engine::grow_locked(std::size_t rounded, PoolKind kind) {
+Block* Engine::grow_locked(std::size_t rounded, PoolKind kind, StreamId stream) {
+  if (options_.expandable && kind == PoolKind::kLarge) return expand_locked(rounded, kind, stream);
   const std::size_t gran = backend_->granularity();
   const std::size_t headroom = headroom_locked();
   // Try the segment size that amortizes best first; under budget pressure fall back to
@@ -195,6 +197,114 @@ Block* Engine::map_segment_locked(std::size_t size, PoolKind kind) {
   return pool_.add_segment(va, size, kind, phys);
 }
 
+Block* Engine::expand_locked(std::size_t rounded, PoolKind kind, StreamId stream) {
+  const std::size_t gran = backend_->granularity();
+  Segment* seg = pool_.expandable(kind);
+  // What the request lacks beyond the free block that ends the segment, if it may use it.
+  const Block* tail = seg ? seg->last : nullptr;
+  const std::size_t have = tail && free_for(tail, stream) ? tail->size : 0;
+  if (have >= rounded) return nullptr;  // best fit refused that block (max_split_size)
+  const std::size_t need = round_up(rounded - have, gran);
+  // A full reservation (the budget was raised since) starts another segment.
+  if (seg && seg->size + need > seg->va_bytes) return extend_locked(nullptr, kind,
+                                                                    round_up(rounded, gran), stream);
+  return extend_locked(seg, kind, need, stream);
+}
+
+Block* Engine::extend_locked(Segment* seg, PoolKind kind, std::size_t need, StreamId stream) {
+  const std::size_t gran = backend_->granularity();
+  if (need > headroom_locked()) return nullptr;
+  std::uintptr_t va = 0;
+  std::size_t va_bytes = 0;
+  if (seg) {
+    va = seg->addr + seg->size;
+  } else {
+    // Address space is cheap and physical memory is mapped as needed: reserve room for the
+    // whole budget, so that the segment never has to move (PyTorch reserves 9/8 of the
+    // device).
+    va_bytes = round_up(std::max(budget_, need), gran);
+    if (!(va = backend_->reserve(va_bytes))) return nullptr;
+  }
+  std::vector<PhysicalHandle> chunks;
+  if (!map_chunks_locked(va, need / gran, &chunks)) {
+    if (!seg) backend_->unreserve(va, va_bytes);
+    return nullptr;
+  }
+  Stats& s = pool_.stats();
+  if (!seg) {
+    ++s.num_device_alloc;
+    trace_.record(TraceAction::kSegmentMap, va, need, 0, 0);
+    return pool_.add_expandable(va, va_bytes, kind, std::move(chunks), gran);
+  }
+  ++s.num_segment_grows;
+  trace_.record(TraceAction::kSegmentGrow, va, need, 0, 0);
+  return pool_.extend(seg, std::move(chunks), gran, stream);
+}
+
+bool Engine::map_chunks_locked(std::uintptr_t va, std::size_t count,
+                               std::vector<PhysicalHandle>* chunks) {
+  const std::size_t gran = backend_->granularity();
+  chunks->reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    PhysicalHandle phys = backend_->create_physical(gran);
+    if (phys && backend_->map(va + i * gran, phys)) {
+      chunks->push_back(phys);
+      continue;
+    }
+    if (phys) backend_->release_physical(phys);
+    backend_->unmap(va, chunks->size() * gran);  // all or nothing
+    for (PhysicalHandle c : *chunks) backend_->release_physical(c);
+    chunks->clear();
+    return false;
+  }
+  return true;
+}
+
+bool Engine::map_piece_locked(std::uintptr_t va, const Segment* seg, std::size_t offset,
+                              std::size_t bytes) {
+  if (!seg->expandable) return backend_->map_part(va, seg->physical, offset, bytes);
+  const std::size_t gran = backend_->granularity();
+  for (std::size_t done = 0; done < bytes; done += gran) {
+    if (!backend_->map(va + done, seg->chunks[(offset + done) / gran])) {
+      backend_->unmap(va, done);
+      return false;
+    }
+  }
+  return true;
+}
+
+void Engine::unmap_segment_locked(Segment* seg) {
+  trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
+  backend_->unmap(seg->addr, seg->size);
+  if (seg->expandable) {
+    for (PhysicalHandle c : seg->chunks) backend_->release_physical(c);
+    backend_->unreserve(seg->addr, seg->va_bytes);
+  } else {
+    backend_->release_physical(seg->physical);
+    backend_->unreserve(seg->addr, seg->size);
+  }
+  ++pool_.stats().num_device_free;
+  pool_.destroy_segment(seg);
+}
+
+bool Engine::trim_expandable_locked() {
+  const std::size_t gran = backend_->granularity();
+  bool trimmed = false;
+  for (int k = 0; k < kPoolKinds; ++k) {
+    Segment* seg = pool_.expandable(static_cast<PoolKind>(k));
+    const std::size_t bytes = seg ? pool_.trimmable(seg, gran) : 0;
+    if (bytes == 0) continue;
+    const std::uintptr_t va = seg->addr + seg->size - bytes;
+    trace_.record(TraceAction::kSegmentShrink, va, bytes, 0, 0);
+    std::vector<PhysicalHandle> chunks = pool_.trim(seg, bytes, gran);
+    backend_->unmap(va, bytes);
+    for (PhysicalHandle c : chunks) backend_->release_physical(c);
+    ++pool_.stats().num_segment_trims;
+    trimmed = true;
+  }
+  return trimmed;
+}
+
 Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
                              std::size_t map_rest_from) {
   const std::size_t chunk = backend_->granularity();
@@ -209,7 +319,13 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     const std::size_t have = pool_.stitchable_bytes(chunk, stream);
     const std::size_t rest = bytes - std::min(bytes, have);
     if (have < map_rest_from || rest == 0 || rest > headroom_locked()) return nullptr;
-    if (!map_segment_locked(rest, PoolKind::kLarge)) return nullptr;
+    // With expandable segments the rest is mapped at the end of the large pool's, where
+    // it may join the free block there.
+    Segment* grown = pool_.expandable(PoolKind::kLarge);
+    if (grown && grown->size + rest > grown->va_bytes) grown = nullptr;
+    if (!(options_.expandable ? extend_locked(grown, PoolKind::kLarge, rest, stream)
+                              : map_segment_locked(rest, PoolKind::kLarge)))
+      return nullptr;
     runs = pool_.plan_stitch(bytes, chunk, stream);
     if (runs.empty()) return nullptr;
   }
@@ -218,7 +334,7 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
   std::size_t mapped = 0;
   for (const Pool::StitchRun& run : runs) {
     const Segment* seg = run.free_block->segment;
-    if (!backend_->map_part(va + mapped, seg->physical, run.start - seg->addr, run.bytes)) {
+    if (!map_piece_locked(va + mapped, seg, run.start - seg->addr, run.bytes)) {
       backend_->unmap(va, mapped);  // all or nothing
       backend_->unreserve(va, bytes);
       return nullptr;
@@ -306,7 +422,7 @@ bool Engine::fence_streams_locked(StreamId stream) {
 
 bool Engine::release_cached_locked() {
   pool_.flush_fast();  // tagged_streams() below reads the free sets only
-  if (!pool_.has_free_segment()) return false;
+  if (!pool_.has_free_segment() && !has_trimmable_locked()) return false;
   BlockedTimer timer(blocked_ns_);
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
   // free block may still be in use by work queued on its stream. So wait for everything —
@@ -316,15 +432,8 @@ bool Engine::release_cached_locked() {
   ++pool_.stats().num_sync_all_streams;
   unmap_retired_locked(/*wait=*/true);   // their events are complete now: no wait
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
-  std::vector<Segment*> segments = pool_.take_releasable_segments();
-  for (Segment* seg : segments) {
-    trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
-    backend_->unmap(seg->addr, seg->size);
-    backend_->release_physical(seg->physical);
-    backend_->unreserve(seg->addr, seg->size);
-    ++pool_.stats().num_device_free;
-    pool_.destroy_segment(seg);
-  }
+  for (Segment* seg : pool_.take_releasable_segments()) unmap_segment_locked(seg);
+  trim_expandable_locked();
   return true;
 }
 

@@ -33,6 +33,8 @@ namespace pyalloc {
   X(num_sync_all_streams, "device-wide synchronizations before releasing memory")      \
   X(num_device_alloc, "segments created on the device")                                \
   X(num_device_free, "segments released to the device")                               \
+  X(num_segment_grows, "times an expandable segment mapped more chunks at its end")     \
+  X(num_segment_trims, "times an expandable segment gave free chunks at its end back")  \
   X(num_stream_fences, "times another stream's cached blocks were fenced for reuse")   \
   X(num_invalid_frees, "frees of unknown pointers, double frees and size mismatches")  \
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \

@@ -28,6 +28,8 @@ namespace pyalloc {
   X(kFreeRequested, "free_requested") \
   X(kSegmentMap, "segment_map")  \
   X(kSegmentUnmap, "segment_unmap") \
+  X(kSegmentGrow, "segment_grow") \
+  X(kSegmentShrink, "segment_shrink") \
   X(kOom, "oom")                 \
   X(kEmptyCache, "empty_cache")  \
   X(kSetBudget, "set_budget")    \

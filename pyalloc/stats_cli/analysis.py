@@ -22,7 +22,8 @@ BLOCK_STATES = (ALLOCATED, AWAITING, FREE)
 RECLAIM_COUNTERS = ("num_alloc_retries", "num_ooms", "num_stream_fences", "num_device_alloc",
                     "num_device_free", "num_sync_all_streams", "num_invalid_frees")
 # Later policies add their own counters; show whichever of them a file has.
-POLICY_COUNTER_PREFIXES = ("num_evict", "num_recompute", "num_swap", "num_stitch", "remat.")
+POLICY_COUNTER_PREFIXES = ("num_evict", "num_recompute", "num_swap", "num_stitch",
+                           "num_segment_", "remat.")
 
 REQUIRED_COLUMNS = ("t_ns", "action", "address", "size")
 
@@ -165,6 +166,7 @@ def segment_figures(seg: Dict[str, Any]) -> Dict[str, Any]:
         "address": seg["address"],
         "segment_type": seg.get("segment_type", "?"),
         "long_lived": bool(seg.get("long_lived", False)),   # lifetime classes (docs/formats.md)
+        "expandable": bool(seg.get("expandable", False)),   # option expandable
         "total_size": total,
         "allocated_bytes": by_state[ALLOCATED],
         "active_bytes": by_state[ALLOCATED] + by_state[AWAITING],
@@ -432,9 +434,9 @@ class MemoryReplay:
                 self.awaiting.discard(e.address)
                 return False  # it stopped counting as allocated at free_requested
             self.allocated -= e.size
-        elif e.action == "segment_map":
+        elif e.action in ("segment_map", "segment_grow"):
             self.reserved += e.size
-        elif e.action == "segment_unmap":
+        elif e.action in ("segment_unmap", "segment_shrink"):
             self.reserved -= e.size
         else:
             if e.action == "set_budget":

@@ -17,7 +17,10 @@ What the viewer (torch/utils/viz/MemoryViz.js) relies on, and how we meet it:
 * Segments: our ``segment_map``/``segment_unmap`` become ``segment_alloc``/``segment_free``.
   A pyalloc segment is created and released whole, like a cudaMalloc; the viewer's
   "Active Cached Memory Timeline" only follows segment_alloc/segment_free, while
-  segment_map/unmap would make it merge neighbouring segments as expandable ranges.
+  segment_map/unmap would make it merge neighbouring segments as expandable ranges. That
+  is what an expandable segment's growth and trimming are (option ``expandable``), so our
+  ``segment_grow``/``segment_shrink`` become the viewer's ``segment_map``/``segment_unmap``,
+  as PyTorch writes them for its own expandable segments.
 * Frees: the viewer pairs ``free_requested`` with a later ``free_completed`` at the same
   address. Our ``free`` is both when no ``free_requested`` came first; after one (a free
   that waited for ``record_stream`` events) it is the ``free_completed``.
@@ -126,7 +129,7 @@ def memviz_segment(seg: Dict[str, Any], device: int,
         "allocated_size": sum(b["size"] for b in allocated),
         "active_size": sum(b["size"] for b in seg["blocks"] if b["state"] != FREE),
         "requested_size": sum(b.get("requested_size", b["size"]) for b in allocated),
-        "is_expandable": False,
+        "is_expandable": bool(seg.get("expandable", False)),
         "blocks": blocks,
     }
 
@@ -197,7 +200,8 @@ def trace_entries(doc: Dict[str, Any], alloc_frames: Dict[int, List[Dict[str, An
 
 # pyalloc action -> viewer action; the rest keep their names (see the Note above).
 _ACTIONS = {"free": "free_completed", "segment_map": "segment_alloc",
-            "segment_unmap": "segment_free"}
+            "segment_unmap": "segment_free", "segment_grow": "segment_map",
+            "segment_shrink": "segment_unmap"}
 
 
 def _memory_limit(budget: Any, device_total: Any) -> Optional[int]:
