@@ -31,8 +31,9 @@ Configurations: ``best-fit`` (option ``stitch:false``), ``+ stitching`` (the def
 free 2 MiB chunks of several segments mapped into one range when no block holds a request
 and the budget is spent), ``+ stitching first`` (option ``stitch_first``: stitch before
 mapping more memory whenever free chunks cover the request, and grow by segments of the
-request's size) and ``+ stitching, expandable`` (option ``expandable``: the large pool is
-one segment that grows by 2 MiB chunks at its end). The model traces also run ``+ stitching, lifetime classes off`` (option
+request's size), ``+ stitching, expandable`` (option ``expandable``: the large pool is
+one segment that grows by 2 MiB chunks at its end) and both (``+ stitching first,
+expandable``). The model traces also run ``+ stitching, lifetime classes off`` (option
 ``lifetime_classes:false``: small blocks placed by size alone, not by the training phase the
 trace records; the patterns have no phases). Fragment-aware eviction needs a registry and a
 model, so it is measured by bench_remat.py.
@@ -50,7 +51,7 @@ Training (not a replay: the parameters, made after ``install()``, are in the poo
 each task trains 3 steps, with SGD (momentum) and with Adam (``foreach``, the
 implementation PyTorch picks on CUDA: its temporaries are made inside the step, so they
 are long-lived requests), under each of ``TRAINING_CONFIGS`` (the defaults, lifetime
-classes off, ``expandable``, ``stitch_first``), under a loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
+classes off, ``expandable``, ``stitch_first``, both), under a loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
 allocated bytes that trains all 3 steps. ``--skip-training`` leaves it out.
 
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
@@ -63,6 +64,7 @@ is replayed, each configuration in a process of its own, through:
   pyalloc + stitching   pyalloc's CUDA backend (real VMM mappings; nothing is written)
   pyalloc + stitching first   the same with option stitch_first
   pyalloc + stitching, expandable   the same with option expandable
+  pyalloc + stitching first, expandable   with both
 
 Each allocator counts its own "allocated" bytes (rounding differs), so the GPU table also
 gives ``live/reserved``: the trace's own peak of live requested bytes over the
@@ -127,7 +129,8 @@ def whole_chunks(nbytes: float) -> int:
 
 CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
            "+ stitching first": {"stitch_first": "true"},
-           "+ stitching, expandable": {"expandable": "true"}}
+           "+ stitching, expandable": {"expandable": "true"},
+           "+ stitching first, expandable": {"stitch_first": "true", "expandable": "true"}}
 # The recorded traces carry the training phases (pyalloc.lifetime); the patterns do not,
 # so lifetime classes can only matter on the traces.
 MODEL_CONFIGS = {**CONFIGS, "+ stitching, lifetime classes off": {"lifetime_classes": "false"}}
@@ -216,7 +219,8 @@ def compaction_runs(task: str, device: str) -> Dict[str, Any]:
 # The configurations the training runs compare (options over the defaults).
 TRAINING_CONFIGS = {"default": {}, "lifetime classes off": {"lifetime_classes": "false"},
                     "expandable": {"expandable": "true"},
-                    "stitching first": {"stitch_first": "true"}}
+                    "stitching first": {"stitch_first": "true"},
+                    "stitching first, expandable": {"stitch_first": "true", "expandable": "true"}}
 
 
 def training_runs(tasks: List[str], device: str, batch: Optional[int] = None,
