@@ -15,8 +15,8 @@ free chunks at its end back on release:
 * a budget raised past the segment's reserved address space starts another segment;
 * the randomized patterns run with invariants checked, and no request fails while free
   chunks would hold it;
-* training under recompute with expandable segments is bit-identical to an unconstrained
-  run.
+* training under recompute, and under hybrid (swap and recompute), with expandable
+  segments at half the unconstrained peak is bit-identical to an unconstrained run.
 """
 from __future__ import annotations
 
@@ -184,8 +184,9 @@ def test_patterns_with_expandable_segments(name):
         assert result.covered_failures == 0, (name, seed)
 
 
-def test_training_with_expandable_segments_under_recompute_is_bit_identical():
+@pytest.mark.parametrize("policy", ["recompute", "hybrid"])
+def test_training_with_expandable_segments_under_a_policy_is_bit_identical(policy):
     free = train("cnn", "2GiB", steps=4)
-    tight = train("cnn", int(0.5 * free["peak"]), steps=4, policy="recompute", expandable=True)
+    tight = train("cnn", int(0.5 * free["peak"]), steps=4, policy=policy, expandable=True)
     assert tight["record"] == free["record"]
     assert tight["evictions"] > 0 and tight["num_ooms"] == 0

@@ -159,6 +159,7 @@ struct Segment {
   // address space and maps its first `size` bytes; it grows by mapping chunks at its end.
   bool expandable = false;
   std::size_t va_bytes = 0;
+  std::size_t chunk_bytes = 0;  // the size of each of `chunks` (the device's granularity)
   // A stitched range (Note [Stitching]): one allocated block, `first`, whose pages are the
   // lent pieces of other segments, in address order of the range.
   bool stitched = false;

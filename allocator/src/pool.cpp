@@ -304,6 +304,7 @@ Block* Pool::add_expandable(std::uintptr_t addr, std::size_t va_bytes, PoolKind 
   Segment* seg = b->segment;
   seg->expandable = true;
   seg->va_bytes = va_bytes;
+  seg->chunk_bytes = chunk;
   seg->chunks = std::move(chunks);
   expandable_[static_cast<int>(kind)] = seg;
   return b;
@@ -717,7 +718,7 @@ std::string Pool::check_invariants() const {
     if (!seg->last || seg->last->next || seg->last->segment != seg) {
       return fail("segment " + format_address(seg->addr) + " does not end with its last block", seg->last);
     }
-    if (seg->expandable ? seg->chunks.size() * kStitchChunk != seg->size || seg->va_bytes < seg->size
+    if (seg->expandable ? seg->chunks.size() * seg->chunk_bytes != seg->size || seg->va_bytes < seg->size
                         : !seg->chunks.empty()) {
       return fail("segment " + format_address(seg->addr) + " maps " +
                   std::to_string(seg->chunks.size()) + " chunks for " + std::to_string(seg->size) +

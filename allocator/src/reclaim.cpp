@@ -223,7 +223,10 @@ Block* Engine::extend_locked(Segment* seg, PoolKind kind, std::size_t need, Stre
     // whole budget, so that the segment never has to move (PyTorch reserves 9/8 of the
     // device).
     va_bytes = round_up(std::max(budget_, need), gran);
-    if (!(va = backend_->reserve(va_bytes))) return nullptr;
+    // Where that much address space is refused, a segment of just what is needed still
+    // serves the request (the next growth then starts another segment).
+    if (!(va = backend_->reserve(va_bytes)) && !(va = backend_->reserve(va_bytes = need)))
+      return nullptr;
   }
   std::vector<PhysicalHandle> chunks;
   if (!map_chunks_locked(va, need / gran, &chunks)) {
