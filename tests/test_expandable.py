@@ -80,6 +80,17 @@ def test_a_request_grows_the_segment_by_what_its_free_tail_lacks(make_engine):
     engine.free(a)
 
 
+def test_max_split_size_does_not_apply_in_an_expandable_segment(make_engine):
+    engine = make_engine(budget="128MiB", expandable=True, max_split_size="32MiB")
+    a = engine.alloc(40 * MiB)
+    engine.free(a)
+    b = engine.alloc(10 * MiB)           # carved from the 40 MiB free block, nothing released
+    assert b == a
+    stats = engine.stats()
+    assert stats["num_alloc_retries"] == 0 and stats["reserved_bytes.all.current"] == 40 * MiB
+    engine.free(b)
+
+
 def test_a_tail_another_stream_may_still_use_is_not_built_on(make_engine):
     engine = make_engine(budget="64MiB", expandable=True)
     side = engine.create_stream()

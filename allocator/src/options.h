@@ -47,7 +47,7 @@ namespace pyalloc {
     "Large pool: one segment that grows by mapping 2 MiB chunks at its end (and gives free " \
     "chunks at its end back on release), instead of a new segment per cache miss, as "      \
     "PyTorch's expandable_segments; blocks freed next to each other merge across what "     \
-    "would have been segment boundaries.")                                                     \
+    "would have been segment boundaries. max_split_size does not apply inside it.")            \
   X(lifetime_classes, kBool, "true",                                                         \
     "Place small blocks by lifetime: what is allocated while the model is built and inside " \
     "optimizer steps (install() tells the engine) goes only into small segments holding "   \

@@ -129,7 +129,9 @@ void Pool::erase_free(Block* b) {
 // --- best fit --------------------------------------------------------------------------
 
 bool Pool::acceptable(const Block* b, std::size_t rounded) const {
-  if (max_split_size_ == 0) return true;
+  // An expandable segment splits any block without waste, and its free end is where it
+  // grows: carving a request out of a big free block there pins nothing.
+  if (max_split_size_ == 0 || b->segment->expandable) return true;
   // Don't carve small requests out of big blocks: they would pin the big block forever.
   if (rounded < max_split_size_) return b->size < max_split_size_;
   // An oversize request takes a cached block only if little of it is wasted.
