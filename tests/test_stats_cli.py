@@ -681,6 +681,15 @@ def viewer_replay(data: Dict[str, Any], device: int = 0) -> None:
             assert segments.pop(e["addr"]) == e["size"]
         elif action == "segment_free":
             segments[e["addr"]] = e["size"]
+        elif action == "segment_map":     # an expandable segment's growth, undone: its end
+            start = max(a for a in segments if a <= e["addr"])   # goes (the viewer cuts it)
+            assert e["addr"] + e["size"] == start + segments[start], f"not at the end: {e}"
+            segments[start] -= e["size"]
+            assert segments[start] > 0, f"a growth undone past the segment's start: {e}"
+        elif action == "segment_unmap":   # its trimming, undone: the end comes back
+            start = max(a for a in segments if a <= e["addr"])
+            assert start + segments[start] == e["addr"], f"not at the end: {e}"
+            segments[start] += e["size"]
 
 
 def plain_types(x: Any) -> bool:
@@ -716,6 +725,39 @@ def test_export_of_a_trace_reads_back_with_torchs_memory_viz(tmp_path, capsys, r
     html = viz.trace_plot(data)
     assert pickle.loads(_embedded_pickle(html)) == data
     assert "Allocator State History" in viz.segment_plot(data)
+
+
+def test_an_expandable_segment_exports_as_pytorch_writes_its_own(tmp_path, capsys):
+    # Growth and trimming become the viewer's segment_map/segment_unmap (which it merges
+    # into the segment), the segment is marked expandable, and the trace's own replay
+    # reaches the engine's peaks.
+    from torch.cuda import _memory_viz as viz
+
+    with Engine("host", budget="64MiB", expandable=True) as engine:
+        def grow_and_trim(e: Engine) -> int:
+            keep = e.alloc(3 * MiB)
+            grown = [e.alloc(5 * MiB) for _ in range(4)]
+            for ptr in grown:
+                e.free(ptr)
+            e.empty_cache()                  # trims the free end
+            return keep
+
+        engine.reset_peak_stats()
+        doc, keep = record(engine, tmp_path / "expandable.json.gz", grow_and_trim)
+        engine.free(keep)
+    counts = analyze_trace(doc)["event_counts"]
+    assert counts["segment_grow"] == 4 and counts["segment_shrink"] == 1, counts
+    a = analyze_trace(doc)
+    assert a["consistent"] and a["peak_reserved_bytes"] == doc["final"]["stats"]["reserved_bytes.all.peak"]
+    out = tmp_path / "expandable.pickle"
+    code, _, _ = run_cli(capsys, "export-memviz", write(tmp_path, "e.json", doc), "-o", str(out))
+    data = pickle.loads(out.read_bytes())
+    actions = [e["action"] for e in data["device_traces"][0]]
+    assert actions.count("segment_map") == 4 and actions.count("segment_unmap") == 1
+    assert [s["is_expandable"] for s in data["segments"]] == [True]
+    viewer_replay(data)
+    assert "segments: 1" in viz.segsum(data)
+    viz.trace_plot(data)
 
 
 def _embedded_pickle(page: str) -> bytes:
