@@ -383,10 +383,12 @@ class CompactingMachine(RuleBasedStateMachine):
     blocks = Bundle("blocks")
     budget = 40 * MiB
     moved_total = 0   # over every example
+    OPTIONS: dict = {}   # engine options over these (the expandable variant below)
 
     def __init__(self) -> None:
         super().__init__()
-        self.engine = Engine("host", budget=self.budget, sim_capacity=CAPACITY, stitch=False)
+        self.engine = Engine("host", budget=self.budget, sim_capacity=CAPACITY, stitch=False,
+                             **self.OPTIONS)
         self.live: dict = {}   # tag -> Live
         self.engine.set_compact_callbacks(
             lambda: [b.ptr for b in self.live.values()], self.relocate)
@@ -449,15 +451,21 @@ class CompactingMachine(RuleBasedStateMachine):
         self.engine.close()
 
 
-def test_compaction_moves_blocks_soundly_under_random_workloads():
+class ExpandableCompactingMachine(CompactingMachine):
+    """The same, in one expandable segment: compaction's windows and destinations in it."""
+    OPTIONS = {"expandable": True}
+
+
+@pytest.mark.parametrize("machine", [CompactingMachine, ExpandableCompactingMachine])
+def test_compaction_moves_blocks_soundly_under_random_workloads(machine):
     from hypothesis.stateful import run_state_machine_as_test
 
-    CompactingMachine.moved_total = 0
-    run_state_machine_as_test(CompactingMachine, settings=settings(
+    machine.moved_total = 0
+    run_state_machine_as_test(machine, settings=settings(
         max_examples=60, stateful_step_count=120, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                HealthCheck.filter_too_much]))
-    assert CompactingMachine.moved_total > 0   # the rung really ran, and nothing read wrong
+    assert machine.moved_total > 0   # the rung really ran, and nothing read wrong
 
 
 class ExpandableEngineMachine(EngineMachine):
