@@ -527,3 +527,28 @@ e.check_invariants()
     assert "no callbacks 0" in out and "fits 0" in out, out
     assert out.count("refused") == 4, out
 
+
+
+@pytest.mark.parametrize("above, most, want", [
+    (0, 10, 0), (1, 10, 1), (3, 10, 3), (300, 1000, 300), (1000, 1000, 1000),
+    (1001, 1000, None), (5, 4, None)])
+def test_least_budget_search_finds_the_least_in_few_trials(above, most, want):
+    # tools/bench_frag.py's search for the least budget that trains: exact where more memory
+    # never hurts, in about 2 log2(distance) trials (a GPU's 2 MiB chunks of 10 GiB are
+    # thousands), never above `most`.
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from bench_frag import CHUNK, least_chunks
+
+    start = 50 * CHUNK
+    tried = []
+
+    def trains(budget):
+        tried.append(budget)
+        return budget >= start + above * CHUNK
+
+    got = least_chunks(trains, start, start + most * CHUNK + CHUNK // 2)
+    assert got == (None if want is None else start + want * CHUNK)
+    assert max(tried) <= start + most * CHUNK and len(tried) <= 2 * max(1, above).bit_length() + 2
+    assert least_chunks(trains, start, start - 1) is None   # nothing to try

@@ -90,7 +90,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # pyalloc, from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # bench_results, beside us
@@ -227,7 +227,7 @@ def training_runs(tasks: List[str], device: str, batch: Optional[int] = None,
                   sim_capacity: Optional[str] = None) -> List[Dict[str, Any]]:
     """Each task trained under each of TRAINING_CONFIGS: peak reserved under a loose
     budget, and the least budget, in whole 2 MiB chunks up from the peak allocated bytes
-    (at most 1.25x), that trains all 3 steps. Training, not a replay: the parameters are
+    (at most 1.25x; least_chunks), that trains all 3 steps. Training, not a replay: the parameters are
     in the pool too, made after install() as the docs ask."""
     loose = "90%" if device == "cuda" else (sim_capacity or "2GiB")
     extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
@@ -237,15 +237,40 @@ def training_runs(tasks: List[str], device: str, batch: Optional[int] = None,
         free = trial(task, device, loose, options, batch, optimizer)
         if not free["trained"]:
             raise RuntimeError(f"{task} does not train under the loose budget {loose}")
-        least = whole_chunks(free["peak_allocated"])
-        while least <= 1.25 * free["peak_allocated"] and \
-                not trial(task, device, least, options, batch, optimizer)["trained"]:
-            least += CHUNK
-        found = least <= 1.25 * free["peak_allocated"]
+        least = least_chunks(
+            lambda budget: trial(task, device, budget, options, batch, optimizer)["trained"],
+            whole_chunks(free["peak_allocated"]), 1.25 * free["peak_allocated"])
         rows.append({"task": task, "optimizer": optimizer, "config": config,
                      "peak_allocated": free["peak_allocated"], "loose_peak": free["peak"],
-                     "least_budget": least if found else None})
+                     "least_budget": least})
     return rows
+
+
+def least_chunks(trains: Callable[[int], bool], start: int, most: float) -> Optional[int]:
+    """The least budget in whole chunks from ``start`` up to ``most`` for which ``trains``
+    holds (None if none does): start, then 1, 2, 4, ... chunks more until one trains, then
+    bisection between the last that failed and it. Where the least is a few chunks above
+    the start (the simulated device) it tries what a walk chunk by chunk would; where it
+    is hundreds of chunks above (GPT-2 on a GPU: 2 MiB chunks of 10 GiB) it tries tens of
+    budgets, not hundreds. Assumes more memory never hurts, as any search short of every
+    budget must."""
+    top = int(most) // CHUNK * CHUNK   # the largest budget in whole chunks up to `most`
+    if start > top:
+        return None
+    failed, step, budget = None, 1, start
+    while not trains(budget):
+        failed = budget
+        if budget >= top:
+            return None
+        budget = min(start + step * CHUNK, top)
+        step *= 2
+    while failed is not None and budget - failed > CHUNK:
+        middle = failed + (budget - failed) // CHUNK // 2 * CHUNK
+        if trains(middle):
+            budget = middle
+        else:
+            failed = middle
+    return budget
 
 
 def training_table(rows: List[Dict[str, Any]]) -> str:
@@ -450,15 +475,19 @@ def gpu_main(args: argparse.Namespace, started: float, argv: Optional[List[str]]
     device = f"{torch.cuda.get_device_name(0)} (PyTorch {torch.__version__})"
     payload: Dict[str, Any] = {"rows": rows}
     text = gpu_table(rows)
+    # Written now and again after each longer part, so that a run stopped in the training
+    # runs (a device lease's time limit) keeps what it measured.
+    write_results(args.out, "bench_frag", device, started, argv, payload, text)
     if not args.skip_compaction:
         print("compaction runs (inplace_mlp)", flush=True)
         payload["compaction"] = compaction_runs("inplace_mlp", "cuda")
         text += "\n\n" + compaction_table(payload["compaction"])
+        write_results(args.out, "bench_frag", device, started, argv, payload, text)
     if not args.skip_models and not args.skip_training:
         print("training runs", flush=True)
         payload["training"] = training_runs(args.tasks, "cuda", args.batch)
         text += "\n\n" + training_table(payload["training"])
-    write_results(args.out, "bench_frag", device, started, argv, payload, text)
+        write_results(args.out, "bench_frag", device, started, argv, payload, text)
     return 0
 
 
