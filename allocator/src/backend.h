@@ -79,6 +79,20 @@ class Backend {
   // physical allocation.
   virtual bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
                         std::size_t bytes) = 0;
+  // Maps `count` physical allocations back to back from `va`, each whole; all or nothing.
+  // For expandable segments (one handle per chunk; pool.h, Note [Expandable segments]).
+  // Backends override it to map a run in fewer calls: the simulated device maps chunks
+  // that are consecutive in its file with one mmap, CUDA sets access once for the range.
+  virtual bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) {
+    std::size_t done = 0;
+    for (std::size_t i = 0; i < count; done += handles[i++].bytes) {
+      if (!map(va + done, handles[i])) {
+        unmap(va, done);
+        return false;
+      }
+    }
+    return true;
+  }
 
   // --- streams and events ----------------------------------------------------------
   // True if work on `stream` completes before the call that enqueued it returns (the

@@ -246,6 +246,27 @@ class CudaBackend final : public Backend {
     return false;
   }
 
+  // Every chunk of every handle, then access once for the whole range.
+  bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) override {
+    ContextGuard guard(d_, ctx_);
+    std::size_t mapped = 0;
+    bool ok = true;
+    for (std::size_t i = 0; i < count && ok; ++i) {
+      for (CUmemGenericAllocationHandle h : chunks_of(handles[i])->handles) {
+        if (!(ok = check(d_.cuMemMap(va + mapped, granularity_, 0, h, 0), "cuMemMap", granularity_)))
+          break;
+        mapped += granularity_;
+      }
+    }
+    if (ok && mapped > 0) {
+      const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                   CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      if (check(d_.cuMemSetAccess(va, mapped, &access, 1), "cuMemSetAccess", mapped)) return true;
+    }
+    unmap_chunks(va, mapped);
+    return ok && mapped == 0;
+  }
+
   // Does not wait for in-flight kernels; see synchronize_device() in backend.h.
   void unmap(std::uintptr_t va, std::size_t bytes) override {
     ContextGuard guard(d_, ctx_);

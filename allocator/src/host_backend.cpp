@@ -232,6 +232,27 @@ bool HostBackend::map_chunks(std::uintptr_t va, PhysicalHandle phys, std::size_t
     chunks.assign(it->second.begin() + static_cast<std::ptrdiff_t>(first),
                   it->second.begin() + static_cast<std::ptrdiff_t>(first + count));
   }
+  return map_file_chunks(va, chunks);
+}
+
+bool HostBackend::map_handles(std::uintptr_t va, const PhysicalHandle* handles,
+                              std::size_t count) {
+  std::vector<std::uint32_t> chunks;
+  {
+    std::lock_guard<std::mutex> lock(chunk_mutex_);
+    for (std::size_t i = 0; i < count; ++i) {
+      auto it = physical_.find(handles[i].handle);
+      if (it == physical_.end()) {
+        set_error("map: unknown physical handle");
+        return false;
+      }
+      chunks.insert(chunks.end(), it->second.begin(), it->second.end());
+    }
+  }
+  return map_file_chunks(va, chunks);
+}
+
+bool HostBackend::map_file_chunks(std::uintptr_t va, const std::vector<std::uint32_t>& chunks) {
   // One mmap per run of consecutive chunks.
   std::size_t i = 0;
   while (i < chunks.size()) {

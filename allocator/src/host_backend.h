@@ -52,6 +52,7 @@ class HostBackend final : public Backend {
   void unmap(std::uintptr_t va, std::size_t bytes) override;
   bool map_part(std::uintptr_t va, PhysicalHandle phys, std::size_t offset,
                 std::size_t bytes) override;
+  bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) override;
 
   bool stream_is_synchronous(StreamId stream) const override {
     return stream == 0 && sync_stream0_;
@@ -87,6 +88,9 @@ class HostBackend final : public Backend {
   // Maps chunks[first, first + count) of `phys` at `va`, one mmap per run of consecutive
   // chunks; all or nothing.
   bool map_chunks(std::uintptr_t va, PhysicalHandle phys, std::size_t first, std::size_t count);
+  // Maps the file's `chunks` back to back from `va`, one mmap per run of consecutive ones;
+  // all or nothing.
+  bool map_file_chunks(std::uintptr_t va, const std::vector<std::uint32_t>& chunks);
 
   const int fd_;
   const bool sync_stream0_;

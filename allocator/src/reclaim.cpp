@@ -248,32 +248,22 @@ bool Engine::map_chunks_locked(std::uintptr_t va, std::size_t count,
                                std::vector<PhysicalHandle>* chunks) {
   const std::size_t gran = backend_->granularity();
   chunks->reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
+  while (chunks->size() < count) {
     PhysicalHandle phys = backend_->create_physical(gran);
-    if (phys && backend_->map(va + i * gran, phys)) {
-      chunks->push_back(phys);
-      continue;
-    }
-    if (phys) backend_->release_physical(phys);
-    backend_->unmap(va, chunks->size() * gran);  // all or nothing
-    for (PhysicalHandle c : *chunks) backend_->release_physical(c);
-    chunks->clear();
-    return false;
+    if (!phys) break;
+    chunks->push_back(phys);
   }
-  return true;
+  if (chunks->size() == count && backend_->map_handles(va, chunks->data(), count)) return true;
+  for (PhysicalHandle c : *chunks) backend_->release_physical(c);  // all or nothing
+  chunks->clear();
+  return false;
 }
 
 bool Engine::map_piece_locked(std::uintptr_t va, const Segment* seg, std::size_t offset,
                               std::size_t bytes) {
   if (!seg->expandable) return backend_->map_part(va, seg->physical, offset, bytes);
   const std::size_t gran = backend_->granularity();
-  for (std::size_t done = 0; done < bytes; done += gran) {
-    if (!backend_->map(va + done, seg->chunks[(offset + done) / gran])) {
-      backend_->unmap(va, done);
-      return false;
-    }
-  }
-  return true;
+  return backend_->map_handles(va, seg->chunks.data() + offset / gran, bytes / gran);
 }
 
 void Engine::unmap_segment_locked(Segment* seg) {
