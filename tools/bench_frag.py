@@ -51,8 +51,9 @@ Training (not a replay: the parameters, made after ``install()``, are in the poo
 each task trains 3 steps, with SGD (momentum) and with Adam (``foreach``, the
 implementation PyTorch picks on CUDA: its temporaries are made inside the step, so they
 are long-lived requests), under each of ``TRAINING_CONFIGS`` (the defaults, lifetime
-classes off, ``expandable``, ``stitch_first``, both), under a loose budget (peak reserved) and at the least budget in whole 2 MiB chunks up from its peak
-allocated bytes that trains all 3 steps. ``--skip-training`` leaves it out.
+classes off, ``expandable``, ``stitch_first``, both), under a loose budget (peak
+reserved) and at the least budget in whole 2 MiB chunks up from its peak allocated bytes
+that trains all 3 steps. ``--skip-training`` leaves it out.
 
 On a GPU (``--device cuda``) the model traces are recorded on the GPU, and every workload
 is replayed, each configuration in a process of its own, through:
@@ -227,8 +228,8 @@ def training_runs(tasks: List[str], device: str, batch: Optional[int] = None,
                   sim_capacity: Optional[str] = None) -> List[Dict[str, Any]]:
     """Each task trained under each of TRAINING_CONFIGS: peak reserved under a loose
     budget, and the least budget, in whole 2 MiB chunks up from the peak allocated bytes
-    (at most 1.25x; least_chunks), that trains all 3 steps. Training, not a replay: the parameters are
-    in the pool too, made after install() as the docs ask."""
+    (at most 1.25x; least_chunks), that trains all 3 steps. Training, not a replay: the
+    parameters are in the pool too, made after install() as the docs ask."""
     loose = "90%" if device == "cuda" else (sim_capacity or "2GiB")
     extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
     rows = []
@@ -307,12 +308,17 @@ def compaction_table(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def live_over_reserved(live: int, reserved: int) -> float:
+    """The trace's peak of live requested bytes over an allocator's peak reserved bytes."""
+    return live / reserved if reserved else 1.0
+
+
 def row(workload: str, config: str, result: Any, live: int) -> Dict[str, Any]:
     """One table row; ``live`` is the trace's peak of live requested bytes."""
     return {"workload": workload, "config": config, "events": result.events,
             "stitches": result.num_stitches,
             "utilization": result.utilization,
-            "live_over_reserved": live / result.peak_reserved if result.peak_reserved else 1.0,
+            "live_over_reserved": live_over_reserved(live, result.peak_reserved),
             "external_fragmentation": result.external_fragmentation,
             "failures": result.failures, "covered_failures": result.covered_failures,
             "peak_reserved": result.peak_reserved, "peak_allocated": result.peak_allocated}
@@ -417,7 +423,7 @@ def gpu_worker(config: str, jobs_path: str) -> List[Dict[str, Any]]:
         live = job["peak_live"]
         if GPU_CONFIGS[config] is None:
             r = {**replay_native(trace, job["budget"]), "workload": job["workload"], "config": label}
-            r["live_over_reserved"] = live / r["peak_reserved"] if r["peak_reserved"] else 1.0
+            r["live_over_reserved"] = live_over_reserved(live, r["peak_reserved"])
         else:
             r = row(job["workload"], label, replay(
                 trace, {**GPU_CONFIGS[config], "budget": job["budget"]}, device="cuda"), live)

@@ -228,43 +228,20 @@ class CudaBackend final : public Backend {
       return false;
     }
     ContextGuard guard(d_, ctx_);
-    const Chunks* chunks = chunks_of(phys);
-    const std::size_t first = offset / granularity_;
-    std::size_t mapped = 0;
-    for (; mapped < bytes; mapped += granularity_) {
-      const CUmemGenericAllocationHandle h = chunks->handles[first + mapped / granularity_];
-      if (!check(d_.cuMemMap(va + mapped, granularity_, 0, h, 0), "cuMemMap", bytes)) break;
-    }
-    // A fresh mapping is inaccessible until this succeeds, and it can fail for lack of memory
-    // for page tables.
-    if (mapped == bytes) {
-      const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
-                                   CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-      if (check(d_.cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess", bytes)) return true;
-    }
-    unmap_chunks(va, mapped);
-    return false;
+    return map_chunk_handles(va, chunks_of(phys)->handles.data() + offset / granularity_,
+                             bytes / granularity_);
   }
 
-  // Every chunk of every handle, then access once for the whole range.
+  // Every chunk of every handle, back to back.
   bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) override {
+    std::vector<CUmemGenericAllocationHandle> all;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::vector<CUmemGenericAllocationHandle>& hs = chunks_of(handles[i])->handles;
+      all.insert(all.end(), hs.begin(), hs.end());
+    }
+    if (all.empty()) return true;
     ContextGuard guard(d_, ctx_);
-    std::size_t mapped = 0;
-    bool ok = true;
-    for (std::size_t i = 0; i < count && ok; ++i) {
-      for (CUmemGenericAllocationHandle h : chunks_of(handles[i])->handles) {
-        if (!(ok = check(d_.cuMemMap(va + mapped, granularity_, 0, h, 0), "cuMemMap", granularity_)))
-          break;
-        mapped += granularity_;
-      }
-    }
-    if (ok && mapped > 0) {
-      const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
-                                   CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-      if (check(d_.cuMemSetAccess(va, mapped, &access, 1), "cuMemSetAccess", mapped)) return true;
-    }
-    unmap_chunks(va, mapped);
-    return ok && mapped == 0;
+    return map_chunk_handles(va, all.data(), all.size());
   }
 
   // Does not wait for in-flight kernels; see synchronize_device() in backend.h.
@@ -385,6 +362,27 @@ class CudaBackend final : public Backend {
   // the legacy default stream (See Note [Loading the driver with dlsym]).
   static CUstream as_stream(StreamId s) { return reinterpret_cast<CUstream>(s); }
   static CUevent as_event(EventId e) { return reinterpret_cast<CUevent>(e); }
+
+  // Under a ContextGuard: maps `count` chunk handles back to back from `va`, then makes the
+  // range accessible once; all or nothing.
+  bool map_chunk_handles(std::uintptr_t va, const CUmemGenericAllocationHandle* handles,
+                         std::size_t count) {
+    const std::size_t bytes = count * granularity_;
+    std::size_t mapped = 0;
+    for (std::size_t i = 0; i < count; ++i, mapped += granularity_) {
+      if (!check(d_.cuMemMap(va + mapped, granularity_, 0, handles[i], 0), "cuMemMap", bytes))
+        break;
+    }
+    // A fresh mapping is inaccessible until this succeeds, and it can fail for lack of memory
+    // for page tables.
+    if (mapped == bytes) {
+      const CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                   CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      if (check(d_.cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess", bytes)) return true;
+    }
+    unmap_chunks(va, mapped);
+    return false;
+  }
 
   // Under a ContextGuard. Every mapping is one chunk (Note [One handle per chunk]).
   void unmap_chunks(std::uintptr_t va, std::size_t bytes) {

@@ -287,7 +287,8 @@ std::vector<Segment*> Pool::take_releasable_segments() {
       continue;
     }
     erase_free(b);
-    if (seg == expandable_[static_cast<int>(seg->pool)]) expandable_[static_cast<int>(seg->pool)] = nullptr;
+    Segment*& grows = expandable_[static_cast<int>(seg->pool)];
+    if (grows == seg) grows = nullptr;
     int p = stat_pool(seg);
     update(stats_.segment, p, -1);
     update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
