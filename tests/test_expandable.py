@@ -7,6 +7,8 @@ free chunks at its end back on release:
   needs, and data written before a growth is intact after it;
 * a request that does not fit grows the segment by what the free block at its end lacks,
   not by the whole request, and only if that block may serve the request's stream;
+* best fit takes a hole inside before the free end, which is kept for what no other
+  block holds;
 * release (``empty_cache``, or the ladder's release rung) unmaps the free chunks at the
   end, and the whole segment once nothing in it is live; the segment grows again in the
   same place;
@@ -78,6 +80,27 @@ def test_a_request_grows_the_segment_by_what_its_free_tail_lacks(make_engine):
     assert engine.stats()["reserved_bytes.all.current"] == 14 * MiB
     engine.free(c)
     engine.free(a)
+
+
+def test_best_fit_takes_a_hole_before_the_free_end_that_can_grow(make_engine):
+    # The free end can grow to any size, so best fit ranks it above every other block (as
+    # PyTorch does): a request that a hole inside holds goes there, and the end is kept
+    # for what nothing else holds. Taking the end (an exact fit by size) would make the
+    # 8 MiB request grow the segment by 8 MiB instead of 4.
+    engine = make_engine(budget="64MiB", expandable=True)
+    a = engine.alloc(6 * MiB)
+    b = engine.alloc(2 * MiB)             # keeps the hole and the end apart
+    c = engine.alloc(4 * MiB)
+    engine.free(a)                        # a 6 MiB hole
+    engine.free(c)                        # a 4 MiB free end; the segment maps 12 MiB
+    d = engine.alloc(4 * MiB)
+    assert d == a
+    e = engine.alloc(8 * MiB)             # the end and 4 MiB more
+    assert e == c
+    assert engine.stats()["reserved_bytes.all.current"] == 16 * MiB
+    engine.check_invariants()
+    for ptr in (b, d, e):
+        engine.free(ptr)
 
 
 def test_max_split_size_does_not_apply_in_an_expandable_segment(make_engine):

@@ -154,14 +154,34 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
   Block* best = nullptr;
   for (StreamId tag : {stream, kAnyStream}) {
     if (tag < lowest || tag > highest) continue;
-    auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
-    // A long-lived request skips holes of short-lived segments (rare: it happens while the
-    // model is built and in optimizer steps, and the walk stops at the first fit).
-    while (it != set.end() && it->stream == tag && !fits_class(it->block, long_lived)) ++it;
-    if (it == set.end() || it->stream != tag || !acceptable(it->block, rounded)) continue;
-    if (!best || it->size < best->size) best = it->block;
+    Block* fit = nullptr;
+    Block* end = nullptr;  // an expandable segment's growable end, if it came first
+    for (auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
+         it != set.end() && it->stream == tag; ++it) {
+      // A long-lived request skips holes of short-lived segments (rare: it happens while
+      // the model is built and in optimizer steps, and the walk stops at the first fit).
+      if (!fits_class(it->block, long_lived)) continue;
+      if (growable_end(it->block)) {
+        if (!end) end = it->block;
+        continue;
+      }
+      if (acceptable(it->block, rounded)) fit = it->block;
+      break;
+    }
+    if (!fit) fit = end;
+    if (fit && (!best || rank(fit) < rank(best))) best = fit;
   }
   return best;
+}
+
+bool Pool::growable_end(const Block* b) {
+  const Segment* s = b->segment;
+  return s->expandable && b == s->last && s->size < s->va_bytes;
+}
+
+std::size_t Pool::rank(const Block* b) {
+  // Note [Expandable segments]: a growable end counts as larger than any block.
+  return growable_end(b) ? SIZE_MAX : b->size;
 }
 
 Block* Pool::find_free_outside(PoolKind kind, std::size_t rounded, StreamId stream,
@@ -529,8 +549,10 @@ void Pool::release(Block* b) {
   const Block* next = b->next;
   absorb_neighbours(b);
   // Nothing merged and the segment is split: an exact-size request will likely want it
-  // back soon. See Note [Exact-size cache].
-  if (b->prev == prev && b->next == next && b->is_split()) {
+  // back soon. See Note [Exact-size cache]. Not an expandable segment's growable end:
+  // best fit ranks it last (Note [Expandable segments]), and the cache would hand it out
+  // first.
+  if (b->prev == prev && b->next == next && b->is_split() && !growable_end(b)) {
     fast_push(b);
   } else {
     insert_free(b);
