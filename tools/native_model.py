@@ -405,7 +405,7 @@ def _drive(model: NativeCachingAllocator, trace: Dict[str, Any],
 def _result(model: NativeCachingAllocator, events: int, failures: int) -> Dict[str, Any]:
     """The figures bench_frag reports, as its GPU harness reads them from PyTorch."""
     cached = model.reserved - model.allocated
-    return {"events": events, "failures": failures, "covered_failures": None, "stitches": 0,
+    return {"events": events, "failures": failures, "covered_failures": None, "num_stitches": 0,
             "peak_reserved": model.peak_reserved, "peak_allocated": model.peak_allocated,
             "utilization": (model.peak_allocated / model.peak_reserved
                             if model.peak_reserved else 1.0),
