@@ -6,6 +6,10 @@ compare pyalloc with PyTorch where there is no GPU.
   out-of-memory error; with expandable segments, pages of 20 MiB mapped at the lowest
   address that holds a request, the growable end ranked last by best fit, and whole free
   pages unmapped on release.
+* Against pyalloc: with a budget that never binds, pyalloc's default layout (stitching and
+  lifetime classes aside) reserves what PyTorch's does, and pyalloc's ``expandable`` no
+  more than PyTorch's ``expandable_segments``: two implementations, one in C++ and one
+  here, that agree where they should.
 * Against a GPU: replaying the seeded patterns the way bench_frag's GPU worker replayed
   them on an H100 with PyTorch 2.11 (docs/results/bench_frag_h100.json), the model gives
   the same failures and peak reserved and allocated bytes on all four patterns with
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from native_model import (GpuWorker2026, NativeCachingAllocator, replay,  # noqa: E402
                           round_size, segment_size)
 from pyalloc.patterns import PATTERNS  # noqa: E402
+from pyalloc.replay import replay as replay_pyalloc  # noqa: E402
 
 MiB = 1 << 20
 
@@ -118,3 +123,25 @@ def test_the_model_gives_what_pytorch_gave_on_an_h100(expandable):
         else:   # ties between equal-size free blocks: see the module docstring
             assert abs(got["failures"] - want["failures"]) <= 2
             assert abs(got["peak_reserved"] - want["peak_reserved"]) <= 2 * MiB
+
+
+LOOSE = {"budget": 4 << 30, "sim_capacity": 8 << 30}
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_pyallocs_default_layout_is_pytorchs_when_the_budget_is_far(name):
+    trace = PATTERNS[name](seed=0)
+    ours = replay_pyalloc(trace, {**LOOSE, "stitch": "false", "lifetime_classes": "false"})
+    theirs = replay(trace)
+    assert (ours.peak_reserved, ours.peak_allocated) == (theirs["peak_reserved"],
+                                                         theirs["peak_allocated"])
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_expandable_reserves_no_more_than_pytorchs_expandable_segments(name):
+    for seed in range(3):
+        trace = PATTERNS[name](seed=seed)
+        ours = replay_pyalloc(trace, {**LOOSE, "expandable": "true"})
+        theirs = replay(trace, expandable=True)
+        assert ours.failures == theirs["failures"] == 0
+        assert ours.peak_reserved <= theirs["peak_reserved"], seed

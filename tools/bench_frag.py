@@ -6,7 +6,8 @@ Workloads, each replayed through a fresh simulated-device engine (pyalloc.replay
 
   patterns    pyalloc.patterns: growing_batches, interleaved, mixed_sizes, checkerboard,
               each under a budget of 1.25x its peak live bytes (checkerboard: 1.0x), with
-              ``--seeds`` seeds.
+              ``--seeds`` seeds; and under a loose budget (4 GiB) through the default,
+              ``expandable``, both layout options and the models of PyTorch.
   models      traces recorded from pyalloc.models' tasks on the simulated device (3 training
               steps, SGD with momentum, recorded with pyalloc.record_trace in a process of
               their own), replayed under the live run's options, under budgets of
@@ -140,6 +141,10 @@ CONFIGS = {"best-fit": {"stitch": "false"}, "+ stitching": {},
            "+ stitching first": {"stitch_first": "true"},
            "+ stitching, expandable": {"expandable": "true"},
            "+ stitching first, expandable": {"stitch_first": "true", "expandable": "true"}}
+# The patterns also run under a budget that never binds, through these (and the models).
+LOOSE_BUDGET = 4 << 30
+LOOSE_CONFIGS = {name: CONFIGS[name] for name in
+                 ("+ stitching", "+ stitching, expandable", "+ stitching first, expandable")}
 # The recorded traces carry the training phases (pyalloc.lifetime); the patterns do not,
 # so lifetime classes can only matter on the traces.
 MODEL_CONFIGS = {**CONFIGS, "+ stitching, lifetime classes off": {"lifetime_classes": "false"}}
@@ -591,6 +596,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rows.append(row(f"{name} (seed {seed})", config,
                                 replay_native_model(trace, trace["budget_bytes"], expandable),
                                 live))
+            # And with the budget far away: what each layout reserves when nothing makes
+            # it give memory back (a shared GPU's question).
+            for config, overrides in LOOSE_CONFIGS.items():
+                rows.append(row(f"{name} (seed {seed})", f"{config}, loose budget",
+                                replay(trace, {**overrides, "budget": LOOSE_BUDGET,
+                                               "sim_capacity": 2 * LOOSE_BUDGET}), live))
+            for config, expandable in NATIVE_MODELS.items():
+                rows.append(row(f"{name} (seed {seed})", f"{config}, loose budget",
+                                replay_native_model(trace, LOOSE_BUDGET, expandable), live))
     if not args.skip_models:
         traces = traces_dir(args.out)
         for task in args.tasks:
