@@ -454,7 +454,8 @@ def gpu_worker(config: str, jobs_path: str) -> List[Dict[str, Any]]:
             r = row(job["workload"], label,
                     replay_native_model(trace, job["budget"], NATIVE_MODELS[config]), live)
         elif GPU_CONFIGS[config] is None:
-            r = {**replay_native(trace, job["budget"]), "workload": job["workload"], "config": label}
+            r = {**replay_native(trace, job["budget"]), "workload": job["workload"],
+                 "config": label}
             r["live_over_reserved"] = live_over_reserved(live, r["peak_reserved"])
         else:
             r = row(job["workload"], label, replay(
@@ -634,7 +635,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rows.append(row(f"{task} trace", config + ", live options",
                                 run(trace["budget_bytes"]), live))
                 for slack in (1.10, 1.02, 1.00):
-                    rows.append(row(f"{task} trace", f"{config}, budget {slack:.2f}x peak allocated",
+                    rows.append(row(f"{task} trace",
+                                    f"{config}, budget {slack:.2f}x peak allocated",
                                     run(whole_chunks(slack * peak)), live))
                 least = tightest_budget(run, peak)
                 if least is not None:
