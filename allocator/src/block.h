@@ -160,6 +160,8 @@ struct Segment {
   bool expandable = false;
   std::size_t va_bytes = 0;
   std::size_t chunk_bytes = 0;  // the size of each of `chunks` (the device's granularity)
+  // What an expandable segment can still map at its end (0 for any other segment).
+  std::size_t room() const { return expandable ? va_bytes - size : 0; }
   // A stitched range (Note [Stitching]): one allocated block, `first`, whose pages are the
   // lent pieces of other segments, in address order of the range.
   bool stitched = false;

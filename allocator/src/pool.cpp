@@ -175,8 +175,7 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
 }
 
 bool Pool::growable_end(const Block* b) {
-  const Segment* s = b->segment;
-  return s->expandable && b == s->last && s->size < s->va_bytes;
+  return b == b->segment->last && b->segment->room() > 0;
 }
 
 std::size_t Pool::rank(const Block* b) {

@@ -59,10 +59,11 @@ namespace pyalloc {
 // boundaries of separate segments, and reserved memory grows only by what is missing.
 // Blocks split down to 512 B, as in the small pool: a remainder at the end is where the
 // next growth starts; and max_split_size does not apply (Pool::acceptable), since a big
-// free block at the end is where the segment grows, not a block to keep whole. Release (rung 4, empty_cache) unmaps the whole free chunks at the
-// end, or the whole segment when nothing in it is live; free chunks inside stay mapped
-// for best fit and for stitching, which maps them by their per-chunk handles. A budget
-// raised past the reservation starts another segment, the one that grows from then on.
+// free block at the end is where the segment grows, not a block to keep whole. Release
+// (rung 4, empty_cache) unmaps the whole free chunks at the end, or the whole segment
+// when nothing in it is live; free chunks inside stay mapped for best fit and for
+// stitching, which maps them by their per-chunk handles. A budget raised past the
+// reservation starts another segment, the one that grows from then on.
 // Best fit ranks the free block at the segment's end, while the reservation has room to
 // grow, above every other block (Pool::rank), as PyTorch does: it serves a request only
 // where no other free block holds it. A request that fit a hole inside would otherwise

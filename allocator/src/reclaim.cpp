@@ -206,8 +206,8 @@ Block* Engine::expand_locked(std::size_t rounded, PoolKind kind, StreamId stream
   if (have >= rounded) return nullptr;  // best fit refused that block (max_split_size)
   const std::size_t need = round_up(rounded - have, gran);
   // A full reservation (the budget was raised since) starts another segment.
-  if (seg && seg->size + need > seg->va_bytes) return extend_locked(nullptr, kind,
-                                                                    round_up(rounded, gran), stream);
+  if (seg && need > seg->room()) return extend_locked(nullptr, kind, round_up(rounded, gran),
+                                                       stream);
   return extend_locked(seg, kind, need, stream);
 }
 
@@ -315,7 +315,7 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     // With expandable segments the rest is mapped at the end of the large pool's, where
     // it may join the free block there.
     Segment* grown = pool_.expandable(PoolKind::kLarge);
-    if (grown && grown->size + rest > grown->va_bytes) grown = nullptr;
+    if (grown && rest > grown->room()) grown = nullptr;
     if (!(options_.expandable ? extend_locked(grown, PoolKind::kLarge, rest, stream)
                               : map_segment_locked(rest, PoolKind::kLarge)))
       return nullptr;
