@@ -86,6 +86,14 @@ class Block:
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
+    def splice(self, before: Optional["Block"], after: Optional["Block"]) -> None:
+        """Links this block in between ``before`` and ``after`` (neighbours until now)."""
+        self.prev, self.next = before, after
+        if before:
+            before.next = self
+        if after:
+            after.prev = self
+
 
 @dataclass
 class Expandable:
@@ -162,7 +170,6 @@ class NativeCachingAllocator:
         self.device_bytes = device_bytes
         self.free = {small: SortedBlocks(lambda b: (b.size, b.ptr)) for small in (True, False)}
         self.unmapped = {small: SortedBlocks(lambda b: (b.ptr,)) for small in (True, False)}
-        self.segments: Dict[bool, List[Expandable]] = {True: [], False: []}
         self.addresses = AddressSpace()
         self.reserved = self.allocated = 0
         self.peak_reserved = self.peak_allocated = 0
@@ -185,10 +192,7 @@ class NativeCachingAllocator:
         splits = rest >= MIN_BLOCK if small or self.expandable else rest > SMALL_SIZE
         if splits:
             remaining = Block(block.ptr + size, rest, small, block.segment)
-            remaining.prev, remaining.next = block, block.next
-            if block.next:
-                block.next.prev = remaining
-            block.next = remaining
+            remaining.splice(block, block.next)
             block.size = size
             self.free[small].add(remaining)
         block.allocated = True
@@ -219,9 +223,8 @@ class NativeCachingAllocator:
                     self.reserved -= block.size
             for block in to_unmap:
                 self._unmap(block)
-                if not block.mapped and not block.is_split():
+                if not block.mapped and not block.is_split():     # the whole segment goes
                     self.unmapped[small].remove(block)
-                    self.segments[small].remove(block.segment)
 
     def largest_free(self) -> int:
         return max((b.blocks[-1].size for b in self.free.values() if len(b)), default=0)
@@ -286,7 +289,6 @@ class NativeCachingAllocator:
         page = SMALL_BUFFER if small else LARGE_BUFFER
         pages = -(-(self.device_bytes + self.device_bytes // 8) // page)
         segment = Expandable(self.addresses.take(page * pages), page, page * pages)
-        self.segments[small].append(segment)
         block = Block(segment.base, segment.size, small, segment)
         block.mapped = False
         self.unmapped[small].add(block)
@@ -304,10 +306,7 @@ class NativeCachingAllocator:
         if mapped < block.size:
             rest = Block(end, block.size - mapped, block.small, segment)
             rest.mapped = False
-            rest.prev, rest.next = block, block.next
-            if block.next:
-                block.next.prev = rest
-            block.next = rest
+            rest.splice(block, block.next)
             block.size = mapped
             self.unmapped[block.small].add(rest)
         self._merge(block, block.prev)
@@ -328,17 +327,11 @@ class NativeCachingAllocator:
         pool.remove(block)
         if first > block.ptr:
             before = Block(block.ptr, first - block.ptr, block.small, segment)
-            before.prev, before.next = block.prev, block
-            if block.prev:
-                block.prev.next = before
-            block.prev = before
+            before.splice(block.prev, block)
             pool.add(before)
         if block.ptr + block.size > last:
             after = Block(last, block.ptr + block.size - last, block.small, segment)
-            after.prev, after.next = block, block.next
-            if block.next:
-                block.next.prev = after
-            block.next = after
+            after.splice(block, block.next)
             pool.add(after)
         block.ptr, block.size, block.mapped = first, last - first, False
         self._merge(block, block.prev)
