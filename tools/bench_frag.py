@@ -161,6 +161,25 @@ def replay_native_model(trace: Dict[str, Any], budget: Optional[int],
     return SimpleNamespace(**native_model.replay(trace, budget, expandable))
 
 
+def runners(trace: Dict[str, Any], configs: Dict[str, Dict[str, Any]],
+            extra: Optional[Dict[str, Any]] = None) -> Dict[str, Callable[..., Any]]:
+    """Configuration name -> ``run(budget=None)``: ``trace`` replayed under ``budget`` bytes
+    (None: the trace's own) through each of pyalloc's ``configs`` (with the ``extra``
+    options) and through the models of PyTorch's allocator (NATIVE_MODELS)."""
+    out: Dict[str, Callable[..., Any]] = {}
+    for name, overrides in configs.items():
+        def run(budget: Optional[int] = None,
+                options: Dict[str, Any] = {**overrides, **(extra or {})}) -> Any:
+            return replay(trace, options if budget is None else {**options, "budget": budget})
+        out[name] = run
+    for name, expandable in NATIVE_MODELS.items():
+        def run_model(budget: Optional[int] = None, expandable: bool = expandable) -> Any:
+            return replay_native_model(trace, trace["budget_bytes"] if budget is None else budget,
+                                       expandable)
+        out[name] = run_model
+    return out
+
+
 def tightest_budget(run: Callable[[int], Any], peak: int, most: float = 1.5) -> Optional[Any]:
     """``run(budget)``'s replay under the smallest budget, in whole chunks from ``peak`` up
     to ``most`` x ``peak``, that serves every request; None if none up to there does."""
@@ -591,21 +610,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         for seed in range(args.seeds):
             trace = generate(seed=seed)
             live = peak_live_requested(trace)
-            for config, overrides in CONFIGS.items():
-                rows.append(row(f"{name} (seed {seed})", config, replay(trace, overrides), live))
-            for config, expandable in NATIVE_MODELS.items():
-                rows.append(row(f"{name} (seed {seed})", config,
-                                replay_native_model(trace, trace["budget_bytes"], expandable),
-                                live))
+            for config, run in runners(trace, CONFIGS).items():
+                rows.append(row(f"{name} (seed {seed})", config, run(), live))
             # And with the budget far away: what each layout reserves when nothing makes
             # it give memory back (a shared GPU's question).
-            for config, overrides in LOOSE_CONFIGS.items():
+            loose = runners(trace, LOOSE_CONFIGS, {"sim_capacity": 2 * LOOSE_BUDGET})
+            for config, run in loose.items():
                 rows.append(row(f"{name} (seed {seed})", f"{config}, loose budget",
-                                replay(trace, {**overrides, "budget": LOOSE_BUDGET,
-                                               "sim_capacity": 2 * LOOSE_BUDGET}), live))
-            for config, expandable in NATIVE_MODELS.items():
-                rows.append(row(f"{name} (seed {seed})", f"{config}, loose budget",
-                                replay_native_model(trace, LOOSE_BUDGET, expandable), live))
+                                run(LOOSE_BUDGET), live))
     if not args.skip_models:
         traces = traces_dir(args.out)
         for task in args.tasks:
@@ -614,30 +626,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             # (the parameters) are not replayed, so the live run's is larger.
             peak = replay(trace).peak_allocated
             live = peak_live_requested(trace)
-            for config, overrides in MODEL_CONFIGS.items():
-                rows.append(row(f"{task} trace", config + ", live options",
-                                replay(trace, overrides), live))
-                for slack in (1.10, 1.02, 1.00):
-                    tight = whole_chunks(slack * peak)
-                    rows.append(row(f"{task} trace",
-                                    f"{config}, budget {slack:.2f}x peak allocated",
-                                    replay(trace, {**overrides, "budget": tight}), live))
-                # The figure that says whether fragmentation costs memory: peak allocated
-                # over the least budget that serves every request.
-                least = tightest_budget(
-                    lambda budget: replay(trace, {**overrides, "budget": budget}), peak)
-                if least is not None:
-                    rows.append(row(f"{task} trace", f"{config}, least budget with no failure",
-                                    least, live))
-            for config, expandable in NATIVE_MODELS.items():
-                def run(budget: Optional[int], expandable: bool = expandable) -> SimpleNamespace:
-                    return replay_native_model(trace, budget, expandable)
-                rows.append(row(f"{task} trace", config + ", live options",
-                                run(trace["budget_bytes"]), live))
+            for config, run in runners(trace, MODEL_CONFIGS).items():
+                rows.append(row(f"{task} trace", config + ", live options", run(), live))
                 for slack in (1.10, 1.02, 1.00):
                     rows.append(row(f"{task} trace",
                                     f"{config}, budget {slack:.2f}x peak allocated",
                                     run(whole_chunks(slack * peak)), live))
+                # The figure that says whether fragmentation costs memory: peak allocated
+                # over the least budget that serves every request.
                 least = tightest_budget(run, peak)
                 if least is not None:
                     rows.append(row(f"{task} trace", f"{config}, least budget with no failure",
