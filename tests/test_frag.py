@@ -528,7 +528,6 @@ e.check_invariants()
     assert out.count("refused") == 4, out
 
 
-
 @pytest.mark.parametrize("above, most, want", [
     (0, 10, 0), (1, 10, 1), (3, 10, 3), (300, 1000, 300), (1000, 1000, 1000),
     (1001, 1000, None), (5, 4, None)])

@@ -413,7 +413,8 @@ def test_expandable_segment_on_gpu_grows_trims_and_stitches_with_data_intact():
         blocks = [torch.full((4 * MiB,), i, dtype=torch.uint8, device="cuda") for i in range(10)]
         large = [s for s in pyalloc.snapshot()["segments"] if s["segment_type"] == "large"]
         assert len(large) == 1 and large[0]["expandable"], large
-        assert [b.data_ptr() - blocks[0].data_ptr() for b in blocks] == [i * 4 * MiB for i in range(10)]
+        offsets = [b.data_ptr() - blocks[0].data_ptr() for b in blocks]
+        assert offsets == [i * 4 * MiB for i in range(10)], offsets
         survivors = blocks[0::2]
         del blocks
         big = torch.empty(12 * MiB, dtype=torch.uint8, device="cuda")   # no hole holds it

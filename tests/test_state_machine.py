@@ -3,7 +3,8 @@
 Hypothesis drives random sequences of alloc / free / record_stream / fill-on-a-stream /
 synchronize / empty_cache / a change of lifetime class over sizes from bytes to tens of
 MiB, on stream 0 and three created streams (one of them slow), under a budget tight
-enough that allocations sometimes fail. A plain-Python model tracks every live block. After every step:
+enough that allocations sometimes fail. A plain-Python model tracks every live block.
+After every step:
 
 * ``check_invariants()`` holds (blocks tile segments, free neighbours merged, the stats
   equal a walk over the blocks);
@@ -456,15 +457,19 @@ class ExpandableCompactingMachine(CompactingMachine):
     OPTIONS = {"expandable": True}
 
 
+# Every machine's settings: no deadline (a step may wait on a slow stream), and the health
+# checks that large random allocations trip are off.
+_SETTINGS = dict(deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
 @pytest.mark.parametrize("machine", [CompactingMachine, ExpandableCompactingMachine])
 def test_compaction_moves_blocks_soundly_under_random_workloads(machine):
     from hypothesis.stateful import run_state_machine_as_test
 
     machine.moved_total = 0
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=60, stateful_step_count=120, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                               HealthCheck.filter_too_much]))
+        max_examples=60, stateful_step_count=120, **_SETTINGS))
     assert machine.moved_total > 0   # the rung really ran, and nothing read wrong
 
 
@@ -480,8 +485,6 @@ class ExpandableEngineMachine(EngineMachine):
         assert len(large) <= 1 and all(s["expandable"] for s in large), large
 
 
-_SETTINGS = dict(deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 EngineMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, **_SETTINGS)
 TestEngineStateMachine = EngineMachine.TestCase
 ExpandableEngineMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50,
