@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from native_model import (GpuWorker2026, NativeCachingAllocator, replay,  # noqa: E402
                           round_size, segment_size)
-from pyalloc.patterns import PATTERNS  # noqa: E402
+from pyalloc.patterns import COLUMNS, PATTERNS  # noqa: E402
 from pyalloc.replay import replay as replay_pyalloc  # noqa: E402
 
 MiB = 1 << 20
@@ -38,7 +38,7 @@ MiB = 1 << 20
 
 def trace_of(*events):
     """A trace from (action, id, bytes) tuples."""
-    return {"columns": ["t_ns", "action", "address", "size", "requested", "stream", "context"],
+    return {"columns": COLUMNS,
             "events": [[i, a, ident, n, n, 0, 0] for i, (a, ident, n) in enumerate(events)]}
 
 
