@@ -459,6 +459,16 @@ int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out) {
   return 0;
 }
 
+int pyalloc_engine_allocated(pyalloc_engine* engine, uint64_t* current, uint64_t* peak) {
+  PYALLOC_CHECK_ENGINE(engine);
+  if (!current || !peak) return fail("current and peak must not be NULL");
+  std::size_t c = 0, p = 0;
+  engine->allocated_bytes(&c, &p);
+  *current = c;
+  *peak = p;
+  return 0;
+}
+
 uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine) {
   return engine ? engine->blocked_ns() : 0;
 }

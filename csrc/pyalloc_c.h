@@ -138,6 +138,8 @@ PYALLOC_API int pyalloc_engine_swap_stream(pyalloc_engine* engine, int to_host, 
 /* budget - allocated bytes: what a new allocation can take without evicting (before
  * fragmentation). */
 PYALLOC_API int pyalloc_engine_unallocated(pyalloc_engine* engine, uint64_t* out);
+/* Allocated bytes now and at their peak (a cheap read for per-op probes). */
+PYALLOC_API int pyalloc_engine_allocated(pyalloc_engine* engine, uint64_t* current, uint64_t* peak);
 /* Nanoseconds callers have spent blocked on other streams' work (0 for a NULL engine). */
 PYALLOC_API uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine);
 /* 0: allocations on the calling thread never evict (they fail instead, without counting

@@ -1,9 +1,12 @@
-"""Building and loading the torch shim (csrc/torch_shim.cpp) against the installed torch.
+"""Building and loading pyalloc's torch-built library against the installed torch.
 
-The shim gives the engine PyTorch-typed faces: the simulated device's c10 CPU allocator,
-and CUDA entry points that raise ``torch.OutOfMemoryError``. It is compiled on first use with ``torch.utils.cpp_extension`` and cached under
-``$PYALLOC_CACHE_DIR`` (default ``~/.cache/pyalloc``), keyed by torch's version and the
-source's hash, so later processes load it in milliseconds.
+One shared library holds everything that is compiled against torch: the shim
+(csrc/torch_shim.cpp: the simulated device's c10 CPU allocator, and CUDA entry points that
+raise ``torch.OutOfMemoryError``) and the registry's per-op path (registry/src/: the
+dispatch-key fallback behind ``policy="recompute" | "swap" | "hybrid"``). It is compiled on
+first use with ``torch.utils.cpp_extension`` and cached under ``$PYALLOC_CACHE_DIR``
+(default ``~/.cache/pyalloc``), keyed by torch's version and the sources' hash, so later
+processes load it in milliseconds.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from . import _lib
 
@@ -21,72 +24,114 @@ log = logging.getLogger("pyalloc")
 _shim: Optional[ctypes.CDLL] = None
 
 
-def _source_dir() -> Path:
+def _source_root() -> Path:
+    """The folder holding ``csrc/`` and ``registry/src/``: the installed copy, or the repo."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "csrc", here.parent / "csrc"):  # installed copy, then repo
-        if (candidate / "torch_shim.cpp").is_file():
+    for candidate in (here / "native", here.parent):
+        if (candidate / "csrc" / "torch_shim.cpp").is_file() and (candidate / "registry" / "src").is_dir():
             return candidate
     raise FileNotFoundError(
-        f"torch_shim.cpp was not found in {here / 'csrc'}; reinstall pyalloc with `pip install .`"
-    )
+        f"pyalloc's C++ sources were not found in {here / 'native'}; reinstall pyalloc with "
+        "`pip install .`")
 
 
-def _cache_dir(source: Path) -> Path:
+def _sources(root: Path) -> List[Path]:
+    return [root / "csrc" / "torch_shim.cpp", *sorted((root / "registry" / "src").glob("*.cpp"))]
+
+
+def _cache_dir(root: Path) -> Path:
     import torch
 
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    root = Path(os.environ.get("PYALLOC_CACHE_DIR", Path.home() / ".cache" / "pyalloc"))
-    path = root / f"torch_shim-torch{torch.__version__}-{digest}"
+    digest = hashlib.sha256()
+    for path in [*_sources(root), *sorted((root / "registry" / "src").glob("*.h")),
+                 root / "csrc" / "pyalloc_c.h"]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    base = Path(os.environ.get("PYALLOC_CACHE_DIR", Path.home() / ".cache" / "pyalloc"))
+    path = base / f"torch_shim-torch{torch.__version__}-{digest.hexdigest()[:12]}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+_c = ctypes
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "pyalloc_shim_bind": (_c.c_int, [_c.c_char_p]),
+    "pyalloc_shim_last_error": (_c.c_char_p, []),
+    "pyalloc_shim_string_free": (None, [_c.c_void_p]),
+    "pyalloc_cpu_shim_install": (_c.c_int, [_c.c_void_p]),
+    "pyalloc_cpu_shim_uninstall": (_c.c_int, []),
+    "pyalloc_cpu_shim_active": (_c.c_int, []),
+    "pyalloc_registry_register": (_c.c_int, []),
+    "pyalloc_registry_start": (_c.c_int, [_c.c_void_p, _c.c_int, _c.c_int, _c.c_uint64, _c.c_int,
+                                          _c.c_int, _c.c_int]),
+    "pyalloc_registry_stop": (_c.c_int, []),
+    "pyalloc_registry_restore_all": (_c.c_int, []),
+    "pyalloc_registry_active": (_c.c_int, []),
+    "pyalloc_registry_thread_enable": (_c.c_int, [_c.c_int]),
+    "pyalloc_registry_evict": (_c.c_uint64, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
+    "pyalloc_registry_stats_json": (_c.c_void_p, []),
+    "pyalloc_registry_handles": (_c.c_size_t, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
+    "pyalloc_registry_node_info": (_c.c_int, [_c.c_uint64, _c.c_void_p]),
+    "pyalloc_registry_handle_of": (_c.c_uint64, [_c.c_void_p]),
+    "pyalloc_registry_check_invariants": (_c.c_int, []),
+    "pyalloc_registry_set_copy_bandwidth": (None, [_c.c_double]),
+    "pyalloc_registry_set_floor_probe": (None, [_c.c_int]),
+    "pyalloc_registry_floor_json": (_c.c_void_p, []),
+}
+
+
 def load() -> ctypes.CDLL:
-    """Builds (once), loads and binds the shim; returns it with its functions declared."""
+    """Builds (once), loads and binds the library; returns it with its functions declared."""
     global _shim
     if _shim is not None:
         return _shim
     from torch.utils import cpp_extension
 
-    src = _source_dir()
-    build_dir = _cache_dir(src / "torch_shim.cpp")
+    root = _source_root()
+    build_dir = _cache_dir(root)
     name = "pyalloc_torch_shim"
     built = build_dir / f"{name}.so"
     if not built.is_file():
-        log.info("pyalloc: compiling the torch shim (once; cached in %s)", build_dir)
+        log.info("pyalloc: compiling the torch shim and the registry (once; cached in %s)",
+                 build_dir)
     cpp_extension.load(
         name=name,
-        sources=[str(src / "torch_shim.cpp")],
-        extra_include_paths=[str(src)],
+        sources=[str(p) for p in _sources(root)],
+        extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src")],
         extra_cflags=["-O2"],
         build_directory=str(build_dir),
         is_python_module=False,
         verbose=False,
     )
     shim = ctypes.CDLL(str(built))
-    shim.pyalloc_shim_bind.restype = ctypes.c_int
-    shim.pyalloc_shim_bind.argtypes = [ctypes.c_void_p] * 5
-    shim.pyalloc_cpu_shim_install.restype = ctypes.c_int
-    shim.pyalloc_cpu_shim_install.argtypes = [ctypes.c_void_p]
-    shim.pyalloc_cpu_shim_uninstall.restype = ctypes.c_int
-    shim.pyalloc_cpu_shim_active.restype = ctypes.c_int
-    shim.pyalloc_shim_swap_storage_data.restype = ctypes.c_int
-    shim.pyalloc_shim_swap_storage_data.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    rc = shim.pyalloc_shim_bind(
-        _lib.address_of("pyalloc_engine_alloc"),
-        _lib.address_of("pyalloc_engine_free"),
-        _lib.address_of("pyalloc_last_error"),
-        _lib.address_of("pyalloc_installed_engine"),
-        _lib.address_of("pyalloc_free"),
-    )
-    if rc != 0:
-        raise RuntimeError("pyalloc: binding the torch shim failed (a null function pointer)")
+    for fn, (restype, argtypes) in _SIGNATURES.items():
+        getattr(shim, fn).restype = restype
+        getattr(shim, fn).argtypes = argtypes
+    _lib.lib()   # libpyalloc is loaded before the shim binds to it
+    if shim.pyalloc_shim_bind(str(_lib.library_path()).encode()) != 0:
+        raise RuntimeError(shim.pyalloc_shim_last_error().decode())
     _shim = shim
     return shim
 
 
+def last_error() -> str:
+    """The reason the calling thread's last failed call into the library gave."""
+    return load().pyalloc_shim_last_error().decode(errors="replace")
+
+
+def take_string(ptr: Optional[int]) -> str:
+    """A string the library returned (its char*), released after reading."""
+    if not ptr:
+        raise RuntimeError(last_error())
+    try:
+        return ctypes.string_at(ptr).decode()
+    finally:
+        load().pyalloc_shim_string_free(ptr)
+
+
 def path() -> str:
-    """The built shim's file (for CUDAPluggableAllocator)."""
+    """The built library's file (for CUDAPluggableAllocator)."""
     if _shim is None:
         load()
     return _shim._name

@@ -482,21 +482,22 @@ print("moved", _moved[0], pyalloc.memory_stats()["num_relocations"])
 """
 
 
-@pytest.mark.parametrize("fraction, classes", [(1.5, "true"), (0.5, "false")])
+@pytest.mark.parametrize("fraction, classes", [(1.5, "true"), (0.6, "false")])
 def test_training_with_storages_moved_mid_step_is_bit_identical(fraction, classes):
     # pyalloc.models.inplace_mlp (every third activation frozen: rescaled in place past
     # what the registry replays) under recompute; after each forward, storages that
     # backward reads are moved device to device (Engine.compact). With room to spare
-    # (1.5x the peak) the moves are all that happens; at half the peak they mix with
+    # (1.5x the peak) the moves are all that happens; at 0.6 of the peak they mix with
     # evictions and recomputes. Losses and every parameter match the unconstrained run.
     # (Compaction used to be needed by this model at half its peak; since small blocks
     # borrowed into the large pool are cut from the end of their free block, eviction
     # alone reaches 0.48 of it, so the rung is driven here on purpose. The crafted layout
-    # above is where it is needed.) At half the peak a window can be emptied only where the
-    # layout leaves a second hole to move into: the run with small blocks placed by size
-    # alone has one, the run with lifetime classes (2 MiB more at its unconstrained peak,
-    # so a different budget and layout) has none, and asks move nothing; their own test
-    # shows lifetime classes keep training bit-identical (tests/test_lifetime.py).
+    # above is where it is needed.) Under a binding budget a window can be emptied only
+    # where the layout leaves a second hole to move into, and which budgets do depends on
+    # the order storages are freed in: since the registry lets a storage go the moment the
+    # program drops it, the run with small blocks placed by size alone has one at 0.55-0.7
+    # of its peak and none at 0.5 (the run with lifetime classes, at 0.5 and 0.65). Their
+    # own test shows lifetime classes keep training bit-identical (tests/test_lifetime.py).
     free = train("inplace_mlp", "2GiB", steps=6, batch=1536, lifetime_classes=classes)
     moved = train("inplace_mlp", int(fraction * free["peak"]), steps=6, batch=1536,
                   policy="recompute", setup=SHAKE, report=REPORT_MOVES, lifetime_classes=classes)

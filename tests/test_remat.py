@@ -136,7 +136,7 @@ def test_inplace_write_to_a_recorded_input_restores_its_readers_first():
             with torch.no_grad():
                 a.mul_(3)                   # b could no longer be recomputed from a
             assert torch.equal(b, want)     # restored before the write, then kept
-            node_b = reg.by_key[b.untyped_storage()._cdata]
+            node_b = reg.node_of(b)
             assert node_b.frozen and not node_b.evicted
             a2 = x * 5
             a2.relu_()                      # an in-place chain on a fresh storage

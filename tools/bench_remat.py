@@ -120,7 +120,7 @@ class Worker:
         engine.reset_peak_stats()
         before = engine.stats()
         reg = self.registry.active()
-        ops0 = reg._ops if reg else 0
+        ops0 = reg.ops if reg else 0
         rc0 = reg.recomputes if reg else 0
         model = opt = x = y = loss = None
         times: List[float] = []
@@ -160,7 +160,7 @@ class Worker:
             "peak_reserved": after["reserved_bytes.all.peak"],
             "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
             "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
-            "ops_per_step": ((reg._ops - ops0) / steps) if reg else 0,
+            "ops_per_step": ((reg.ops - ops0) / steps) if reg else 0,
         }
 
     def overhead_per_op(self, capacity: int, steps: int) -> Optional[Dict[str, float]]:
@@ -177,13 +177,8 @@ class Worker:
         torch = self.torch
 
         def without_registry(fn):
-            reg._hooks.__exit__(None, None, None)
-            reg.__exit__(None, None, None)
-            try:
+            with reg.paused():
                 return fn()
-            finally:
-                reg.__enter__()
-                reg._hooks.__enter__()
 
         on, off, ops = [], [], 0.0
         for _ in range(3):
@@ -222,9 +217,9 @@ class Worker:
                 return chain()
 
         chain()   # warm-up
-        n0 = reg._ops
+        n0 = reg.ops
         with_reg = chain()
-        chain_ops = (reg._ops - n0) / 20
+        chain_ops = (reg.ops - n0) / 20
         plain = without_registry(chain)
         bare = without_registry(bare_chain)
         return {"us_per_op": (with_reg - plain) / chain_ops * 1e6, "chain_ops": chain_ops,
@@ -246,31 +241,8 @@ class Worker:
         how close one gets is what is left for victim choice to win.
         """
         reg = self.registry.active()
-        engine = self.engine
-        mode = type(reg)
-        dispatch = mode.__torch_dispatch__
-        from pyalloc.registry import _key, _tensors
-
-        worst: Dict[str, Any] = {"bytes": 0}
-
-        def measured(self_, func, types, args=(), kwargs=None):
-            reads = {_key(t) for t in _tensors(args, kwargs or {})}
-            droppable = sum(n.nbytes for n in self_.nodes.values()
-                            if n.steps is not None and not (n.evicted or n.fixed)
-                            and n.key not in reads)
-            engine.reset_peak_stats()
-            out = dispatch(self_, func, types, args, kwargs)
-            during = engine.stats()["allocated_bytes.all.peak"]
-            if during - droppable > worst["bytes"]:
-                worst.update(bytes=during - droppable, op=str(func), allocated=during,
-                             droppable=droppable)
-            return out
-
-        mode.__torch_dispatch__ = measured
-        try:
+        with reg.floor_probe() as worst:
             run = self.trial(capacity, self.batch, steps)
-        finally:
-            mode.__torch_dispatch__ = dispatch
         if run is None:
             raise RuntimeError("the unconstrained run did not train")
         worst["peak_reserved"] = run["peak_reserved"]   # of the same run, for scale

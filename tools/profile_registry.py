@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
-"""Where a training step's host time goes under pyalloc's registry: cProfile of a few steps
-of one model under a policy at a fraction of its unconstrained peak, beside the same steps
-with no budget pressure and with no registry at all (each in this one process).
+"""Where a training step's time goes under pyalloc's registry: a few steps of one model with
+no registry, with the registry and no budget pressure, and under a policy at a fraction of
+the unconstrained peak, all in this one process.
 
     python tools/profile_registry.py --device cuda --task resnet50 --policy recompute --fraction 0.5
 
-Prints step times, the host time per step inside the registry's dispatch (all threads:
-on CUDA backward runs on autograd's own thread, which cProfile does not see) split into
-the aten ops themselves and the registry's own work, and the top functions of the main
-thread by own and cumulative time. For finding per-op costs, not for reporting speed
+Prints the three step times, the ops per step and the registry's host cost per op (step
+with it minus step without, over the ops), and per step under the policy: the engine's
+reclaim counters (device synchronizations, segment maps and unmaps, stitches, evictions,
+release retries) and the registry's (recomputes, swaps, prefetches). ``--cprofile`` adds
+the top Python functions of the main thread under the policy (the registry itself is C++
+and does not show there). For finding per-step costs, not for reporting speed
 (tools/bench_remat.py and tools/bench_suite.py do).
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
-import threading
 import io
 import pstats
 import sys
@@ -24,24 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-class _Op:
-    """An OpOverload stand-in: calls go through ``call``, everything else to ``func``."""
-
-    def __init__(self, func, call) -> None:
-        self._func, self._call = func, call
-
-    def __call__(self, *args, **kwargs):
-        return self._call(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._func, name)
-
-    def __hash__(self) -> int:
-        return hash(self._func)
-
-    def __eq__(self, other) -> bool:
-        return self._func == (other._func if isinstance(other, _Op) else other)
+ENGINE_KEYS = ("num_sync_all_streams", "num_segment_maps", "num_segment_unmaps", "num_stitches",
+               "num_evictions", "num_alloc_retries", "num_stream_fences")
+REGISTRY_KEYS = ("recomputes", "swap_outs", "swap_ins", "prefetches", "eager_evictions")
 
 
 def main() -> int:
@@ -51,6 +37,7 @@ def main() -> int:
     p.add_argument("--policy", default="recompute", choices=("recompute", "swap", "hybrid"))
     p.add_argument("--fraction", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--cprofile", action="store_true", help="cProfile the main thread's Python")
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
     import torch
@@ -69,92 +56,54 @@ def main() -> int:
     x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
     x, y = x.to(dev), y.to(dev)
     engine = pyalloc._engine(None)
-
-    def sync() -> None:
-        if dev == "cuda":
-            torch.cuda.synchronize()
+    reg = registry.active()
 
     def steps(n: int) -> float:
-        sync()
+        if dev == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(n):
             opt.zero_grad(set_to_none=True)
             task.loss(model, x, y).backward()
             opt.step()
-        sync()
+        if dev == "cuda":
+            torch.cuda.synchronize()
         return (time.perf_counter() - start) / n
 
-    reg = registry.active()
-    # Host time inside the registry's dispatch, outermost calls only, every thread; and
-    # within it, the time of the ops it calls.
-    local = threading.local()
-    totals = {"dispatch": 0.0, "op": 0.0, "calls": 0}
-    cls = type(reg)
-    original = cls.__torch_dispatch__
-
-    def timed(self, func, types, args=(), kwargs=None):
-        depth = getattr(local, "depth", 0)
-        local.depth = depth + 1
-        start = time.perf_counter()
-        token = object()
-        if depth == 0:
-            local.token = token
-        try:
-            def op(*a, **k):
-                # Only the outermost dispatch's own op: lineage keeps this wrapper, and a
-                # recompute may call it again later from inside another op's dispatch.
-                counted = local.depth == 1 and getattr(local, "token", None) is token
-                t = time.perf_counter()
-                try:
-                    return func(*a, **k)
-                finally:
-                    if counted:
-                        totals["op"] += time.perf_counter() - t
-            return original(self, _Op(func, op), types, args, kwargs)
-        finally:
-            local.depth = depth
-            if depth == 0:
-                totals["dispatch"] += time.perf_counter() - start
-                totals["calls"] += 1
-
     steps(2)
+    ops0 = reg.ops
     free = steps(args.steps)
+    ops = (reg.ops - ops0) / args.steps
     peak = pyalloc.memory_stats()["reserved_bytes.all.peak"]
-    reg._hooks.__exit__(None, None, None)
-    reg.__exit__(None, None, None)
-    steps(1)
-    plain = steps(args.steps)
-    reg.__enter__()
-    reg._hooks.__enter__()
+    with reg.paused():
+        steps(1)
+        plain = steps(args.steps)
     engine.set_budget(int(args.fraction * peak))
-    steps(2)
-    ops0, rc0 = reg._ops, reg.recomputes
-    cls.__torch_dispatch__ = timed
-    before = engine.stats()
-    profile = cProfile.Profile()
-    profile.enable()
+    steps(2)   # warm-up under the budget: the layout settles
+    before, reg_before = engine.stats(), reg.stats()
+    profile = cProfile.Profile() if args.cprofile else None
+    if profile:
+        profile.enable()
     tight = steps(args.steps)
-    profile.disable()
-    cls.__torch_dispatch__ = original
-    print(f"{args.task} on {args.device}: step {plain * 1e3:.1f} ms without the registry, "
-          f"{free * 1e3:.1f} ms with it (no pressure), {tight * 1e3:.1f} ms under "
-          f"{args.policy} at {args.fraction} P (profiled; P = {peak / 2**20:.0f} MiB); "
-          f"{(reg._ops - ops0) / args.steps:.0f} ops, "
-          f"{(reg.recomputes - rc0) / args.steps:.0f} recomputes per step")
+    if profile:
+        profile.disable()
+    after, reg_after = engine.stats(), reg.stats()
     n = args.steps
-    after = engine.stats()
-    keys = ("num_alloc_retries", "num_sync_all_streams", "num_stream_fences", "num_evictions",
-            "num_stitches", "num_device_alloc", "num_device_free")
-    print("per step: " + ", ".join(f"{k} {(after[k] - before[k]) / n:.1f}" for k in keys))
-    print(f"host time per step in dispatch: {totals['dispatch'] / n * 1e3:.1f} ms over "
-          f"{totals['calls'] / n:.0f} outermost calls; in the ops themselves "
-          f"{totals['op'] / n * 1e3:.1f} ms; the registry's own "
-          f"{(totals['dispatch'] - totals['op']) / n * 1e3:.1f} ms "
-          f"({(totals['dispatch'] - totals['op']) / max(1, totals['calls']) * 1e6:.1f} us a call)")
-    for key in ("tottime", "cumtime"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(args.top)
-        print(out.getvalue())
+    print(f"{args.task} on {args.device}: step {plain * 1e3:.1f} ms without the registry, "
+          f"{free * 1e3:.1f} ms with it and no pressure ({free / plain:.2f}x), "
+          f"{tight * 1e3:.1f} ms under {args.policy} at {args.fraction} P ({tight / plain:.2f}x; "
+          f"P = {peak / 2**20:.0f} MiB)")
+    print(f"{ops:.0f} ops per step through the registry; its host cost with no pressure: "
+          f"{(free - plain) / max(ops, 1) * 1e6:.2f} us an op")
+    print("per step under the policy, after warm-up: " +
+          ", ".join(f"{k} {(after[k] - before[k]) / n:.1f}" for k in ENGINE_KEYS) + "; " +
+          ", ".join(f"{k} {(reg_after.get(k, 0) - reg_before.get(k, 0)) / n:.1f}"
+                    for k in REGISTRY_KEYS))
+    if profile:
+        for key in ("tottime", "cumtime"):
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats(key).print_stats(args.top)
+            print(out.getvalue())
     return 0
 
 

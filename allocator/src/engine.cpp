@@ -24,6 +24,13 @@ std::size_t Engine::unallocated_bytes() {
   return budget_ > allocated ? budget_ - allocated : 0;
 }
 
+void Engine::allocated_bytes(std::size_t* current, std::size_t* peak) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Stat& s = pool_.stats().allocated_bytes[kAllPools];
+  *current = static_cast<std::size_t>(s.current);
+  *peak = static_cast<std::size_t>(s.peak);
+}
+
 Engine::Engine(std::unique_ptr<Backend> backend, const Options& options)
     : backend_(std::move(backend)),
       options_(options),

@@ -73,6 +73,9 @@ class Engine {
   void reset_accumulated_stats();
   // budget - allocated bytes (what can be allocated without evicting, fragmentation aside).
   std::size_t unallocated_bytes();
+  // Allocated bytes now and at their peak (the registry's floor probe reads them per op,
+  // where the JSON of stats_json() would cost more than the op).
+  void allocated_bytes(std::size_t* current, std::size_t* peak);
   // While false on a thread, its allocations skip the evict rung and fail quietly (not
   // counted as OOMs): prefetching must never push out what is needed sooner.
   static void set_thread_may_evict(bool may_evict);

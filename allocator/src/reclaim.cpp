@@ -193,6 +193,7 @@ Block* Engine::map_segment_locked(std::size_t size, PoolKind kind) {
     return nullptr;
   }
   ++pool_.stats().num_device_alloc;
+  ++pool_.stats().num_segment_maps;
   trace_.record(TraceAction::kSegmentMap, va, size, 0, 0);
   return pool_.add_segment(va, size, kind, phys);
 }
@@ -253,7 +254,10 @@ bool Engine::map_chunks_locked(std::uintptr_t va, std::size_t count,
     if (!phys) break;
     chunks->push_back(phys);
   }
-  if (chunks->size() == count && backend_->map_handles(va, chunks->data(), count)) return true;
+  if (chunks->size() == count && backend_->map_handles(va, chunks->data(), count)) {
+    ++pool_.stats().num_segment_maps;
+    return true;
+  }
   for (PhysicalHandle c : *chunks) backend_->release_physical(c);  // all or nothing
   chunks->clear();
   return false;
@@ -269,6 +273,7 @@ bool Engine::map_piece_locked(std::uintptr_t va, const Segment* seg, std::size_t
 void Engine::unmap_segment_locked(Segment* seg) {
   trace_.record(TraceAction::kSegmentUnmap, seg->addr, seg->size, 0, 0);
   backend_->unmap(seg->addr, seg->size);
+  ++pool_.stats().num_segment_unmaps;
   if (seg->expandable) {
     for (PhysicalHandle c : seg->chunks) backend_->release_physical(c);
     backend_->unreserve(seg->addr, seg->va_bytes);
@@ -293,6 +298,7 @@ bool Engine::trim_expandable_locked() {
     backend_->unmap(va, bytes);
     for (PhysicalHandle c : chunks) backend_->release_physical(c);
     ++pool_.stats().num_segment_trims;
+    ++pool_.stats().num_segment_unmaps;
     trimmed = true;
   }
   return trimmed;
@@ -337,6 +343,7 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
   Block* block = pool_.add_stitched(va, bytes, runs, size, stream);
   Stats& s = pool_.stats();
   ++s.num_stitches;
+  ++s.num_segment_maps;
   s.num_stitched_bytes += static_cast<std::int64_t>(bytes);
   trace_.record(TraceAction::kStitch, va, bytes, size, stream);
   return block;
@@ -376,6 +383,7 @@ void Engine::free_stitched_locked(Block* block) {
   } else {
     backend_->unmap(va, bytes);
     backend_->unreserve(va, bytes);
+    ++pool_.stats().num_segment_unmaps;
   }
 }
 
@@ -389,6 +397,7 @@ void Engine::unmap_retired_locked(bool wait) {
     }
     backend_->unmap(r.va, r.bytes);
     backend_->unreserve(r.va, r.bytes);
+    ++pool_.stats().num_segment_unmaps;
     spare_events_.push_back(r.event);
   }
   retired_ranges_.resize(kept);

@@ -35,6 +35,8 @@ namespace pyalloc {
   X(num_device_free, "segments released to the device")                               \
   X(num_segment_grows, "times an expandable segment mapped more chunks at its end")     \
   X(num_segment_trims, "times an expandable segment gave free chunks at its end back")  \
+  X(num_segment_maps, "device ranges mapped: segments created or grown, stitched ranges") \
+  X(num_segment_unmaps, "device ranges unmapped: segments released or trimmed, stitched ranges") \
   X(num_stream_fences, "times another stream's cached blocks were fenced for reuse")   \
   X(num_invalid_frees, "frees of unknown pointers, double frees and size mismatches")  \
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \

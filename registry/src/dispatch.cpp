@@ -1,0 +1,262 @@
+// dispatch.cpp — the per-op path: a boxed fallback on a dispatch key the policy's threads
+// include, so every aten op of theirs passes through Registry::run_op.
+//
+// Note [The registry's dispatch key]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DeferredInit sits above Autograd and Autocast, so the fallback sees each op as the
+// program called it, forward and backward. libtorch registers nothing on it; torchdistx's
+// deferred_init did, and is the one known clash. Registration happens at run time, not in
+// a static initializer: a second fallback on a taken key throws, which at load time would
+// abort the process, and here is a catchable error that names the other registration.
+// The key is added to the thread-local include set while a policy is on; autograd's worker
+// threads get it from the graph task's thread-local state (captured when backward() is
+// called), so backward ops come through too. Ops the registry runs itself exclude it
+// (Note [The registry's own ops] in own_ops.h).
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "dispatch.h"
+#include "own_ops.h"
+#include "registry.h"
+
+namespace pyalloc::registry {
+namespace {
+
+// Keys on a tensor whose storage is not plain memory of the managed device: subclasses
+// and FakeTensor (Python), functorch's wrappers, functionalization. Ops on them pass
+// through untouched.
+constexpr c10::DispatchKeySet kWrapperKeys({
+    c10::DispatchKey::Python,
+    c10::DispatchKey::Functionalize,
+    c10::DispatchKey::FuncTorchBatched,
+    c10::DispatchKey::FuncTorchGradWrapper,
+    c10::DispatchKey::BatchedNestedTensor,
+    c10::DispatchKey::Batched,
+});
+
+void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
+  op.redispatchBoxed(below, stack);
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const c10::DispatchKeySet below =
+      ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRegistryKey);
+  Registry& reg = registry();
+  if (!reg.active()) return pass_through(op, below, stack);
+  const OpInfo& info = op_info(op);
+  if (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
+      (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA))) {
+    op.redispatchBoxed(below, stack);  // the key stays included: See Note [Composite ops]
+    return;
+  }
+  reg.run_op(op, below, stack, info);
+}
+
+// Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
+template <typename Fn>
+void for_each_tensor(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) fn(e.toTensor());
+  }
+}
+
+// The generator a random op draws from: its `generator` argument, else the default one of
+// its device.
+at::Generator generator_of(c10::ArrayRef<c10::IValue> args, c10::Device device) {
+  for (const c10::IValue& v : args)
+    if (v.isGenerator()) return v.toGenerator();
+  return at::globalContext().defaultGenerator(device);
+}
+
+std::mutex g_library_mu;
+torch::Library* g_library = nullptr;  // guarded by g_library_mu; never destroyed (as registry())
+
+}  // namespace
+
+std::string register_fallback() {
+  std::lock_guard<std::mutex> lock(g_library_mu);
+  if (g_library) return "";
+  try {
+    auto* lib = new torch::Library(torch::Library::IMPL, "_", kRegistryKey, __FILE__, __LINE__);
+    try {
+      lib->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    } catch (...) {
+      delete lib;
+      throw;
+    }
+    g_library = lib;
+  } catch (const c10::Error& e) {
+    return std::string("pyalloc: the registry behind policy=\"recompute\", \"swap\" and \"hybrid\" "
+                       "runs on the dispatch key DeferredInit, and another library already "
+                       "registered a fallback there (torchdistx's deferred_init does): ") +
+           e.what_without_backtrace() +
+           ". Do not load that library in this process, or use policy=\"none\" (the "
+           "allocator, stitching and the stats work without the registry).";
+  }
+  return "";
+}
+
+bool set_thread_enabled(bool on) {
+  const bool was = c10::impl::tls_is_dispatch_key_included(kRegistryKey);
+  c10::impl::tls_set_dispatch_key_included(kRegistryKey, on);
+  return was;
+}
+
+void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                      torch::jit::Stack* stack, const OpInfo& info) {
+  const std::size_t first = stack->size() - info.num_arguments;
+  const c10::ArrayRef<c10::IValue> arguments(stack->data() + first, info.num_arguments);
+  // The storages the op reads on the managed device (settings_ is written only by start(),
+  // before active_ is set, so it may be read here without the lock).
+  std::vector<const c10::StorageImpl*> read_keys;
+  bool requires_grad = false, foreign = false;
+  c10::Device device(settings_.device_type);
+  for (const c10::IValue& v : arguments) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (!(t.key_set() & kWrapperKeys).empty() || t.is_nested()) {
+        foreign = true;
+        return;
+      }
+      if (t.device().type() != settings_.device_type || !t.has_storage()) return;
+      if (read_keys.empty()) device = t.device();
+      requires_grad = requires_grad || t.requires_grad();
+      read_keys.push_back(t.storage().unsafeGetStorageImpl());
+    });
+  }
+  if (foreign || read_keys.empty()) return pass_through(op, ks, stack);
+
+  Lock lock(mu_);
+  if (!active_.load(std::memory_order_relaxed)) {
+    lock.unlock();
+    return pass_through(op, ks, stack);
+  }
+  ++counters_.ops;
+  const std::uint64_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  if (thread != owner_thread_ &&
+      std::find(seen_threads_.begin(), seen_threads_.end(), thread) == seen_threads_.end()) {
+    seen_threads_.push_back(thread);
+    counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
+  }
+  if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
+
+  // 1. What the op reads is restored and pinned.
+  PinScope pins(*this);
+  std::vector<Node*> used;
+  for (const c10::StorageImpl* key : read_keys) {
+    Node* node = by_key_locked(key);
+    if (node && std::find(used.begin(), used.end(), node) == used.end()) used.push_back(node);
+  }
+  const bool in_backward = can_swap_ && torch::autograd::get_current_graph_task_id() != -1;
+  if (!used.empty()) {
+    if (in_backward)
+      for (Node* node : used) backward_use_locked(node);
+    pin_all(lock, used);
+    pins.nodes = used;
+    if (settings_.policy == Policy::kHybrid && !in_backward) {
+      const std::int64_t now = now_ns();
+      const auto waited = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
+      for (Node* node : used) {
+        node->last_use_ns = now;
+        node->waited_ns = waited;
+      }
+    }
+    if (in_backward && settings_.prefetch > 0)
+      for (Node* node : used) prefetch_after(lock, node);
+  }
+  // 2. What it writes loses the readers recorded from its old contents.
+  bool writes_node = false;
+  for (std::uint16_t pos : info.written) {
+    if (pos >= info.num_arguments) continue;
+    std::vector<const c10::StorageImpl*> keys;
+    for_each_tensor((*stack)[first + pos], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) keys.push_back(t.storage().unsafeGetStorageImpl());
+    });
+    for (const c10::StorageImpl* key : keys) {
+      invalidate_readers(lock, key);
+      writes_node = writes_node || by_key_locked(key) != nullptr;
+    }
+  }
+  // 3. What it makes from tensors that require grad is an activation: recorded, unless
+  // replaying it would write a registered storage again (then only the write is).
+  const bool replayable = !info.nondeterministic || at::globalContext().deterministicAlgorithms();
+  const bool creates = replayable && !writes_node && at::GradMode::is_enabled() && requires_grad;
+  std::optional<at::Generator> generator, rng;
+  if (info.random && (creates || writes_node)) {
+    generator = generator_of(arguments, device);
+    std::lock_guard<std::mutex> guard(generator->mutex());
+    rng = generator->clone();  // replayed bit for bit from this state
+  }
+  std::vector<c10::IValue> args;
+  if (creates || writes_node) args.assign(arguments.begin(), arguments.end());
+  std::uint64_t droppable = 0;
+  if (floor_probe_) {
+    for (auto& [h, node] : nodes_) {
+      if (node->lineage() && !node->evicted && !node->dead && !node->fixed &&
+          !node->weak.expired() &&
+          std::find(read_keys.begin(), read_keys.end(), node->key) == read_keys.end())
+        droppable += node->nbytes;
+    }
+    engine_api::api().reset_peak_stats(engine_);
+  }
+  std::int64_t elapsed_ns = 0;
+  {
+    Unlocked unlocked(lock);
+    c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
+    if (settings_.cost == CostModel::kTime) {
+      const std::int64_t start = now_ns();
+      op.redispatchBoxed(ks, stack);
+      elapsed_ns = now_ns() - start;
+    } else {
+      op.redispatchBoxed(ks, stack);
+    }
+  }
+  if (floor_probe_) {
+    std::uint64_t current = 0, peak = 0;
+    engine_api::api().allocated(engine_, &current, &peak);
+    if (peak > droppable && peak - droppable > floor_bytes_) {
+      floor_bytes_ = peak - droppable;
+      floor_allocated_ = peak;
+      floor_droppable_ = droppable;
+      floor_op_ = info.base + "." + (info.overload.empty() ? "default" : info.overload);
+    }
+  }
+  // 4. Recorded after the inputs are unpinned (and so offered to the engine again).
+  pins.release();
+  if (writes_node) {
+    std::vector<Node*> targets;
+    for (std::uint16_t pos : info.written) {
+      if (pos >= args.size()) continue;
+      for_each_tensor(args[pos], [&](const at::Tensor& t) {
+        if (!t.defined() || !t.has_storage()) return;
+        Node* node = by_key_locked(t.storage().unsafeGetStorageImpl());
+        if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
+          targets.push_back(node);
+      });
+    }
+    if (!targets.empty())
+      record_mutation_locked(op, info, args, targets, replayable, std::move(rng),
+                             std::move(generator), elapsed_ns);
+  }
+  if (creates) {
+    record_creation_locked(op, info, args, read_keys, torch::jit::last(*stack, info.num_returns),
+                           std::move(rng), std::move(generator), elapsed_ns);
+  }
+}
+
+}  // namespace pyalloc::registry

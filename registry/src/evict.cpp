@@ -1,0 +1,222 @@
+// evict.cpp — the engine's side: what is offered as evictable, evicting, and compaction.
+#include <cstdio>
+#include <unordered_map>
+
+#include "own_ops.h"
+#include "registry.h"
+
+namespace pyalloc::registry {
+namespace {
+
+// Under recompute with relocation, moving a storage out costs this many times its bytes'
+// worth, so that the engine's strategies take anything recomputable first.
+constexpr double kRelocatePenalty = 64.0;
+
+}  // namespace
+
+// --- marks -----------------------------------------------------------------------------------
+
+void Registry::mark_locked(Node* node) {
+  if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return;
+  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+  if (!s) {
+    mark_dead_locked(node);
+    return;
+  }
+  void* ptr = s->data_ptr().get();
+  if (!ptr) return;
+  // set_evictable overwrites an earlier mark: it also updates the cost.
+  if (engine_api::api().set_evictable(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
+    node->marked = true;
+  } else {
+    node->fixed = true;  // not the engine's memory: it could never free it
+  }
+}
+
+void Registry::unmark_locked(Node* node) {
+  if (!node->marked) return;
+  node->marked = false;
+  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+  if (s && s->data_ptr().get()) engine_api::api().set_evictable(engine_, s->data_ptr().get(), 0, 0);
+}
+
+// Pinning leaves the engine's mark in place: inputs are pinned and unpinned on every op,
+// and telling the engine each time would be a call per input per op. A pinned node the
+// engine chooses anyway is refused (evict_locked) and leaves its set; unpinning marks it
+// again. Unpinning a node still marked is a use: a touch, for staleness.
+void Registry::unpin_locked(Node* node) {
+  if (--node->pins > 0) return;
+  if (node->marked) {
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    if (s && s->data_ptr().get()) engine_api::api().touch(engine_, s->data_ptr().get());
+  } else {
+    mark_locked(node);
+  }
+}
+
+double Registry::eviction_cost_locked(const Node* node) const {
+  // What evicting costs later, in the cost model's unit: the recompute, or moving the
+  // bytes (out and back, or only back when the host copy is clean).
+  if (!can_relocate_ || (!can_swap_ && node->lineage())) return node->cost;
+  double moved = static_cast<double>(node->clean ? node->nbytes : 2 * node->nbytes);
+  if (settings_.cost == CostModel::kTime) moved = moved / std::max(copy_bw_, 1.0) * 1e9;
+  if (!can_swap_) return moved * kRelocatePenalty;  // recompute with relocation: last
+  if (!node->lineage() || settings_.policy == Policy::kSwap) return moved;
+  return std::min(moved, node->cost);
+}
+
+// --- evicting --------------------------------------------------------------------------------
+
+Registry::Route Registry::route_locked(Node* node, bool eager) {
+  if (node->clean) return Route::kFree;
+  if (!node->lineage()) return can_relocate_ ? Route::kSwap : Route::kNone;
+  if (settings_.policy == Policy::kRecompute || eager) return Route::kDrop;  // eager: a copy would likely be wasted
+  if (settings_.policy == Policy::kSwap) return Route::kSwap;
+  // Hybrid (Capuchin): swap when both copies hide in the compute between the last forward
+  // use and the first backward use, as measured last iteration; with no history, swap.
+  auto it = gaps_prev_.find({node->ordinal, node->nbytes});
+  if (it == gaps_prev_.end() ||
+      2.0 * static_cast<double>(node->nbytes) * 1e9 <= static_cast<double>(it->second) * copy_bw_) {
+    ++counters_.chose_swap;
+    return Route::kSwap;
+  }
+  ++counters_.chose_recompute;
+  return Route::kDrop;
+}
+
+void Registry::free_data_locked(Node* node, c10::StorageImpl* s) {
+  // The old DataPtr's deleter returns the block to the engine (which never calls back).
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, node->device));
+  s->set_nbytes(0);
+}
+
+bool Registry::evict_locked(Node* node, bool eager) {
+  if (node->evicted || node->pins || node->fixed) return false;
+  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+  if (!s) {
+    mark_dead_locked(node);  // already gone, with its memory
+    return false;
+  }
+  if (!s->resizable()) {  // not the allocator's memory to free: keep it, as it is
+    drop_copy_locked(node);
+    node->fixed = true;
+    freeze_locked(node);
+    return false;
+  }
+  Route route = route_locked(node, eager);
+  if (route == Route::kNone) return false;
+  if (route == Route::kSwap && !swap_out_locked(node)) {
+    if (!node->lineage()) return false;
+    route = Route::kDrop;
+  }
+  free_data_locked(node, s.get());
+  node->evicted = true;
+  node->arriving = node->prefetched = false;
+  node->marked = false;
+  return true;
+}
+
+std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
+  Lock lock(mu_);
+  if (!active_.load()) return 0;
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    Node* node = find_locked(handles[i]);
+    if (!node) continue;  // forgotten meanwhile
+    if (evict_locked(node, /*eager=*/false)) ++done;
+    else node->marked = false;  // the engine dropped it from its set; offered again later
+  }
+  counters_.evictions += static_cast<std::int64_t>(done);
+  if (last_evict_sweep_ != counters_.ops) {  // memory is short: unused storages go too
+    last_evict_sweep_ = counters_.ops;
+    sweep_locked(/*tidy=*/false);
+  }
+  return done;
+}
+
+// --- compaction (Note [Relocation] in allocator/src/engine.h) ----------------------------------
+
+namespace {
+bool movable_now(const Node& n) {
+  return !(n.evicted || n.pins || n.fixed || n.arriving) && n.nbytes > 0;
+}
+}  // namespace
+
+std::size_t Registry::movable(std::uintptr_t* out, std::size_t capacity) {
+  Lock lock(mu_);
+  if (!active_.load()) return 0;
+  std::size_t n = 0;
+  for (auto& [h, node] : nodes_) {
+    if (!movable_now(*node)) continue;
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    void* ptr = s ? s->data_ptr().get() : nullptr;
+    if (!ptr) continue;
+    if (n < capacity) out[n] = reinterpret_cast<std::uintptr_t>(ptr);
+    ++n;
+  }
+  return n;
+}
+
+// Moves the storage at each from[i] into the block the engine reserved at to[i]: the new
+// block is allocated under the engine's placement, the bytes copied on the current stream,
+// and the two DataPtrs exchanged, so every tensor and view of the storage follows with
+// the same bytes and the same version. Dropping the spare frees the old block.
+std::size_t Registry::relocate(const std::uintptr_t* from, const std::uintptr_t* to,
+                               std::size_t count) {
+  Lock lock(mu_);
+  if (!active_.load()) return 0;
+  std::unordered_map<std::uintptr_t, Node*> at;
+  for (auto& [h, node] : nodes_) {
+    if (!movable_now(*node)) continue;
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    if (s && s->data_ptr().get()) at[reinterpret_cast<std::uintptr_t>(s->data_ptr().get())] = node.get();
+  }
+  const engine_api::Api& api = engine_api::api();
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto it = at.find(from[i]);
+    if (it == at.end()) continue;
+    Node* node = it->second;
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    if (!s || !movable_now(*node)) continue;
+    pin_locked(node);  // neither evicted nor moved by anyone else meanwhile
+    c10::DataPtr fresh;
+    bool copied = false;
+    {
+      Unlocked unlocked(lock);
+      try {
+        api.set_thread_placement(reinterpret_cast<void*>(to[i]));
+        fresh = node->allocator->allocate(node->nbytes);
+        api.set_thread_placement(nullptr);
+        if (reinterpret_cast<std::uintptr_t>(fresh.get()) == to[i]) {
+          auto spare = c10::make_intrusive<c10::StorageImpl>(
+              c10::StorageImpl::use_byte_size_t(), node->nbytes, std::move(fresh),
+              node->allocator, /*resizable=*/true);
+          {
+            OwnOpGuard guard;
+            copy_bytes(spare, s, node->nbytes);
+          }
+          fresh = std::move(spare->mutable_data_ptr());
+          spare->set_nbytes(0);
+          copied = true;
+        }
+      } catch (const std::exception& e) {
+        api.set_thread_placement(nullptr);
+        std::fprintf(stderr, "pyalloc: warning: compaction could not take its destination: %s\n",
+                     e.what());
+      }
+    }
+    if (copied) {
+      // The old memory goes out with `fresh` (freed into the engine at the end of scope),
+      // and its evictable mark with it: unpinning marks the new block.
+      fresh = s->set_data_ptr(std::move(fresh));
+      node->marked = false;
+      ++moved;
+    }
+    unpin_locked(node);
+  }
+  counters_.relocations += static_cast<std::int64_t>(moved);
+  return moved;
+}
+
+}  // namespace pyalloc::registry

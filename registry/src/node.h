@@ -1,0 +1,114 @@
+// node.h — what the registry keeps per storage: its lineage, where its bytes are, its pins.
+//
+// The unit is a storage (c10::StorageImpl), never a tensor: every view of a storage is
+// evicted and restored with it, and tensors stay valid throughout (evicting frees the
+// storage's data; restoring puts data back into the same StorageImpl).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace pyalloc::registry {
+
+// A node's name, and what the engine knows it by. Never 0 (the engine's "not evictable").
+using Handle = std::uint64_t;
+
+// An argument of a recorded op that was a registered storage. The recorded stack holds
+// None in its place (so lineage never holds a program's tensor, nor the autograd graph
+// behind it); replay builds a tensor with this geometry on the node's storage.
+struct Ref {
+  Handle node = 0;
+  std::uint32_t version = 0;  // the node's version when the op was recorded
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> strides;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::uint16_t arg = 0;      // which argument of the stack
+  std::int32_t element = -1;  // which element of a tensor list (-1: the argument itself)
+};
+
+// One recorded op: `op(*args)` under the generator state it ran with, if it is random.
+// Shared by every storage the op created.
+struct Recording {
+  explicit Recording(const c10::OperatorHandle& h) : op(h) {}
+  c10::OperatorHandle op;
+  std::vector<c10::IValue> args;  // the arguments, with None where `refs` go
+  std::vector<Ref> refs;
+  std::optional<at::Generator> rng;        // a copy of the generator's state before the op
+  std::optional<at::Generator> generator;  // the generator the op drew from
+  double cost = 0;                         // in the cost model's unit (Registry::cost_of)
+  // Argument positions the op writes (OpInfo::written); a replay writes only the storage it
+  // rebuilds and works on copies of the others (batch norm's running statistics).
+  std::vector<std::uint16_t> written;
+};
+
+// One op of a storage's chain: its creation (output: which tensor of the op's results,
+// counting tensors only, is the storage) or an in-place op applied to it later.
+struct Step {
+  std::shared_ptr<const Recording> rec;
+  std::uint32_t output = 0;
+};
+
+// Note [Who holds a storage]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The registry holds a node's storage weakly: when the program and autograd drop the last
+// tensor on it, PyTorch frees its memory at once, as it would with no registry, and the
+// node outlives it only as lineage (DTR's "eager eviction", with no sweep to wait for).
+// Such a node is *dead*: its key leaves by_key, and when a reader's replay needs its
+// contents they are rebuilt into a storage of the registry's own (`held`), which the
+// program never sees. A node whose contents could not be rebuilt (frozen: no lineage) is
+// held strongly while recorded ops read it, since nothing could bring it back.
+//
+// Invariants (Registry::check_invariants):
+//   evicted            => the storage, if it lives, has no data (nbytes 0)
+//   !evicted && !dead  => the program's storage lives and holds nbytes
+//   dead               => key is not in by_key; held is the only storage (or null)
+//   frozen             => steps is empty; never recomputed again
+//   marked             => resident, not pinned, and offered to the engine as evictable
+//   pins > 0           => resident (a pinned node is restored first and never evicted)
+struct Node {
+  Node(Handle h, const c10::intrusive_ptr<c10::StorageImpl>& s)
+      : handle(h), weak(s), key(s.get()), allocator(s->allocator()), nbytes(s->nbytes()),
+        device(s->device()) {}
+
+  Handle handle;
+  c10::weak_intrusive_ptr<c10::StorageImpl> weak;  // the storage (the program's, or `held`)
+  c10::intrusive_ptr<c10::StorageImpl> held;       // the registry's own reference, if any
+  c10::StorageImpl* key;                           // by_key's key while not dead
+  c10::Allocator* allocator;                       // what the storage allocates with
+  std::size_t nbytes;
+  c10::Device device;
+  std::vector<Step> steps;        // creation, then in-place steps; empty once frozen
+  double cost = 0;                // bringing it back by replaying `steps`
+  std::uint32_t version = 0;      // in-place ops seen
+  std::vector<Handle> readers;    // nodes recorded from the current contents
+  int pins = 0;                   // ops and replays using it now
+  bool evicted = false;
+  bool dead = false;              // the program's storage is gone (see above)
+  bool frozen = false;            // lineage invalid: never recomputed again
+  bool fixed = false;             // its data cannot be freed (not resizable)
+  bool marked = false;            // offered to the engine as evictable
+  // Swapping (policy swap/hybrid).
+  std::uint64_t slot = 0;         // the engine's host slot holding a copy, or 0
+  bool clean = false;             // that copy equals the contents (no write since)
+  bool arriving = false;          // resident, but the swap-in may still be in flight
+  bool prefetched = false;        // brought back ahead of use, not used yet
+  bool bwd_seen = false;          // backward has used it this iteration
+  std::int64_t ordinal = -1;      // creation index within the iteration (forward only)
+  std::int64_t last_use_ns = 0;   // host clock of its last forward use (hybrid)
+  std::int64_t waited_ns = 0;     // the engine's blocked time at that use
+
+  bool lineage() const { return !steps.empty(); }
+  // The storage, if it still exists (the program's or the registry's).
+  c10::intrusive_ptr<c10::StorageImpl> storage() const { return weak.lock(); }
+};
+
+}  // namespace pyalloc::registry

@@ -1,0 +1,103 @@
+// op_info.cpp — working out and caching OpInfo.
+#include "op_info.h"
+
+#include <ATen/core/enum_tag.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace pyalloc::registry {
+namespace {
+
+// Ops whose schema does not say that they write some arguments: PyTorch's batch norms
+// update the running statistics (arguments 3 and 4) in place. Replaying them must not
+// write those again, and writing them must invalidate what was recorded from them.
+bool undeclared_running_stats(const std::string& name) {
+  static const char* const kNames[] = {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+                                       "aten::cudnn_batch_norm", "aten::miopen_batch_norm"};
+  return std::any_of(std::begin(kNames), std::end(kNames),
+                     [&](const char* n) { return name == n; });
+}
+
+Flops flops_kind(const std::string& name) {
+  if (name == "aten::mm" || name == "aten::bmm") return Flops::kMatmul;
+  if (name == "aten::addmm" || name == "aten::baddbmm") return Flops::kMatmulWithBias;
+  if (name == "aten::convolution" || name == "aten::_convolution" ||
+      name == "aten::cudnn_convolution")
+    return Flops::kConvolution;
+  return Flops::kNone;
+}
+
+std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
+  auto info = std::make_unique<OpInfo>();
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string& base = schema.name();
+  info->base = base;
+  info->overload = schema.overload_name();
+  // Note [Composite ops]
+  // ~~~~~~~~~~~~~~~~~~~~
+  // The fallback sits above Autograd, so it sees an op before autograd decomposes it. A
+  // CompositeImplicitAutograd op (linear, dropout, layer_norm) has no kernel of its own
+  // below: it runs as calls to other ops, and what those make (dropout's mask, linear's
+  // matmul output) is what autograd saves. So for such an op the key stays included and
+  // the pieces come back through the fallback one by one; only leaf ops are recorded.
+  // Autocast works the same way: its kernel casts the inputs and calls the op again, so
+  // an op with an autocast kernel is passed through while autocast is on, and both the
+  // casts and the op proper come back as leaves.
+  info->composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+                    !op.hasKernelForDispatchKey(c10::DispatchKey::Autograd);
+  info->autocast_cpu = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
+  info->autocast_cuda = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCUDA);
+  info->random = op.hasTag(at::Tag::nondeterministic_seeded);
+  info->nondeterministic = op.hasTag(at::Tag::nondeterministic_bitwise);
+  const auto& args = schema.arguments();
+  info->num_arguments = static_cast<std::uint16_t>(args.size());
+  info->num_returns = static_cast<std::uint16_t>(schema.returns().size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* alias = args[i].alias_info();
+    if (alias && alias->isWrite()) info->written.push_back(static_cast<std::uint16_t>(i));
+  }
+  if (undeclared_running_stats(base)) {
+    for (std::uint16_t i : {3, 4}) {
+      if (i < args.size() && std::find(info->written.begin(), info->written.end(), i) ==
+                                 info->written.end())
+        info->written.push_back(i);
+    }
+  }
+  info->flops = flops_kind(base);
+  return info;
+}
+
+// One table for the process, read through a per-thread cache so the common case takes no
+// lock. Keyed by the schema's address, which is stable while the operator is registered.
+// An operator deregistered at run time (a torch.library with a finite lifetime) could leave
+// its address to another, so a hit is checked by name, and entries are never destroyed
+// (other threads' caches point at them): a reused address adds an entry beside the old.
+std::mutex g_table_mu;
+std::unordered_multimap<const void*, std::unique_ptr<OpInfo>> g_table;  // guarded by g_table_mu
+
+bool names(const OpInfo& info, const c10::FunctionSchema& schema) {
+  return info.base == schema.name() && info.overload == schema.overload_name();
+}
+
+}  // namespace
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, const OpInfo*> cache;
+  const c10::FunctionSchema& schema = op.schema();
+  const void* key = &schema;
+  auto it = cache.find(key);
+  if (it != cache.end() && names(*it->second, schema)) return *it->second;
+  std::lock_guard<std::mutex> lock(g_table_mu);
+  const OpInfo* found = nullptr;
+  auto range = g_table.equal_range(key);
+  for (auto e = range.first; e != range.second && !found; ++e)
+    if (names(*e->second, schema)) found = e->second.get();
+  if (!found) found = g_table.emplace(key, compute(op))->second.get();
+  cache[key] = found;
+  return *found;
+}
+
+}  // namespace pyalloc::registry

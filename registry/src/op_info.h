@@ -1,0 +1,42 @@
+// op_info.h — what the registry needs to know about an operator, worked out once.
+//
+// The per-op path asks these questions of every op; the answers depend only on the
+// operator, so they are computed on its first call and cached (per thread, over one
+// shared table).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pyalloc::registry {
+
+// How the "model" cost counts an op's arithmetic (see Registry::cost_of).
+enum class Flops : std::uint8_t { kNone, kMatmul, kMatmulWithBias, kConvolution };
+
+struct OpInfo {
+  std::string base;      // "aten::mul" (checked on every cache hit: see op_info())
+  std::string overload;  // "Tensor"
+  // A CompositeImplicitAutograd op with no autograd kernel of its own: it runs as calls to
+  // other ops. See Note [Composite ops].
+  bool composite = false;
+  // Kernels on the autocast keys: under autocast, the op is re-dispatched after its
+  // inputs are cast, and the casts are ops of their own. See Note [Composite ops].
+  bool autocast_cpu = false;
+  bool autocast_cuda = false;
+  bool random = false;            // tag nondeterministic_seeded: replayed under saved RNG state
+  bool nondeterministic = false;  // tag nondeterministic_bitwise: replay may differ
+  // Positions of the arguments the op writes: those its schema marks (a!), and the
+  // running statistics batch norms update behind a schema that does not say so.
+  std::vector<std::uint16_t> written;
+  Flops flops = Flops::kNone;
+  std::uint16_t num_arguments = 0;
+  std::uint16_t num_returns = 0;
+};
+
+// The info of `op` (a reference that stays valid for the life of the process).
+const OpInfo& op_info(const c10::OperatorHandle& op);
+
+}  // namespace pyalloc::registry

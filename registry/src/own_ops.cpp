@@ -1,0 +1,28 @@
+// own_ops.cpp — tensors on storages the registry holds, and byte copies between them.
+#include "own_ops.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/TensorOptions.h>
+
+namespace pyalloc::registry {
+
+at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,
+                     c10::IntArrayRef sizes, c10::IntArrayRef strides, std::int64_t offset) {
+  const c10::DispatchKey backend =
+      c10::computeDispatchKey(dtype, c10::kStrided, storage->device());
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(backend), c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return t;
+}
+
+void copy_bytes(const c10::intrusive_ptr<c10::StorageImpl>& dst,
+                const c10::intrusive_ptr<c10::StorageImpl>& src, std::size_t nbytes) {
+  const std::int64_t n = static_cast<std::int64_t>(nbytes);
+  const std::int64_t one = 1;
+  at::Tensor to = tensor_on(dst, c10::ScalarType::Byte, {n}, {one}, 0);
+  at::Tensor from = tensor_on(src, c10::ScalarType::Byte, {n}, {one}, 0);
+  to.copy_(from);
+}
+
+}  // namespace pyalloc::registry

@@ -1,0 +1,274 @@
+// registry.h — the tensor registry: lineage of activations, eviction, recompute and swap.
+//
+// What it does (docs/design.md, "Rematerialization" and "Swap"):
+//
+//  * The per-op path (dispatch.cpp) sees every aten op of the threads that have the
+//    policy on, forward and backward. Before an op runs, the registered storages it reads
+//    are restored if evicted and pinned; storages it is about to write have whatever was
+//    recorded from their old contents restored and frozen. After it runs, a new storage
+//    made from a tensor that requires grad, with grad mode on, becomes a Node with the op
+//    as its lineage, offered to the engine as evictable; an in-place op on a node extends
+//    its chain.
+//  * The engine chooses victims and calls evict() outside its lock: a node is freed in
+//    place (its storage's data goes back to the engine; every tensor and view of it stays
+//    valid), after a copy to the host pool when the policy swaps it.
+//  * A restore replays the chain (recursively restoring inputs first) or copies the bytes
+//    back from the host, and moves the result into the same storage: no autograd-visible
+//    op, so version counters are untouched.
+//
+// One process-wide Registry object exists (registry()); start() and stop() give it an
+// engine and settings for a while. It never dies, so an op in flight on another thread
+// can never find it freed.
+//
+// Concurrency. One plain mutex, mu_, guards everything below it. Lock order: the registry's
+// mutex, then the engine's (the registry calls the engine with mu_ held; the engine calls
+// the registry only with its own lock dropped). Nothing that can allocate device memory
+// runs with mu_ held — running an op, replaying one, allocating for a swap-in — because an
+// allocation may call back into evict() on the same thread: such work runs under an
+// Unlocked guard, and whatever was looked up before it is looked up again after (pins keep
+// the nodes it needs). No Python, so no GIL, anywhere on this path.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine_api.h"
+#include "node.h"
+#include "op_info.h"
+
+namespace pyalloc::registry {
+
+enum class Policy : std::uint8_t { kRecompute, kSwap, kHybrid };
+enum class CostModel : std::uint8_t { kModel, kTime, kBytes };
+
+struct Settings {
+  Policy policy = Policy::kRecompute;
+  CostModel cost = CostModel::kModel;
+  std::size_t min_bytes = 64 << 10;  // smaller storages are never nodes
+  int prefetch = 4;                  // swap/hybrid: swap-ins started ahead per backward use
+  bool relocate = false;  // recompute: frozen storages may leave through the host pool
+  c10::DeviceType device_type = c10::DeviceType::CPU;  // the managed device
+  int device_index = 0;
+};
+
+// What Python's Registry.stats() reports (docs/stats.md, "remat.*").
+struct Counters {
+  std::int64_t ops = 0;              // ops seen by the per-op path
+  std::int64_t evictions = 0;        // nodes evicted at the engine's request
+  std::int64_t eager_evictions = 0;  // nodes evicted because only lineage needed them
+  std::int64_t recomputes = 0;
+  std::int64_t recompute_ns = 0;
+  std::int64_t frozen = 0;
+  std::int64_t relocations = 0;      // storages moved device to device (compaction)
+  std::int64_t swap_outs = 0;
+  std::int64_t swap_out_bytes = 0;
+  std::int64_t swap_ins = 0;
+  std::int64_t swap_in_bytes = 0;
+  std::int64_t swap_wait_ns = 0;
+  std::int64_t swap_fallbacks = 0;   // host pool full: dropped for recompute instead
+  std::int64_t swap_failures = 0;    // copies the device refused to start
+  std::int64_t prefetches = 0;
+  std::int64_t prefetch_hits = 0;
+  std::int64_t prefetch_ready = 0;
+  std::int64_t chose_swap = 0;       // hybrid's choices
+  std::int64_t chose_recompute = 0;
+  std::int64_t backward_threads = 0; // threads other than the starting one that ran ops
+};
+
+// A node as Python's view of it sees it (Registry.nodes).
+struct NodeInfo {
+  std::uint64_t handle;
+  std::uint64_t key;     // the StorageImpl's address (UntypedStorage._cdata), 0 when dead
+  std::uint64_t nbytes;
+  std::int32_t pins;
+  std::int32_t chain;    // steps of lineage (0: frozen)
+  std::int32_t readers;
+  std::uint8_t evicted, dead, frozen, fixed, clean, marked;
+};
+
+class Registry {
+ public:
+  // --- life (called from Python) ---
+  // Attaches to `engine` (evict and compaction callbacks) with `settings`. "" or an error.
+  std::string start(pyalloc_engine* engine, const Settings& settings);
+  // Restores what the program still holds, detaches from the engine, forgets every node.
+  std::string stop();
+  bool active() const { return active_.load(std::memory_order_acquire); }
+  // Restores every evicted storage the program still holds (oldest first).
+  std::string restore_all();
+
+  // --- the per-op path (dispatch.cpp) ---
+  // Runs `op` (redispatched below the fallback with `ks`) with the registry's work around it.
+  void run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack,
+              const OpInfo& info);
+
+  // --- the engine's side (evict.cpp) ---
+  std::size_t evict(const std::uint64_t* handles, std::size_t count);
+  std::size_t movable(std::uintptr_t* out, std::size_t capacity);
+  std::size_t relocate(const std::uintptr_t* from, const std::uintptr_t* to, std::size_t count);
+
+  // --- inspection (Python's view, tests, benchmarks) ---
+  std::string stats_json();
+  std::vector<Handle> handles();
+  bool node_info(Handle handle, NodeInfo* out);
+  Handle handle_of(const void* storage_impl);
+  std::string check_invariants();
+  void set_copy_bandwidth(double bytes_per_s);
+  // bench_remat's floor: per op, allocated bytes at the op's peak less the bytes of
+  // recomputable resident storages it does not read. See tools/bench_remat.py.
+  void set_floor_probe(bool on);
+  std::string floor_json();
+
+ private:
+  using Lock = std::unique_lock<std::mutex>;
+  // Drops the lock for its lifetime (work that may allocate or run ops).
+  class Unlocked {
+   public:
+    explicit Unlocked(Lock& lock) : lock_(lock) { lock_.unlock(); }
+    ~Unlocked() { lock_.lock(); }
+    Unlocked(const Unlocked&) = delete;
+    Unlocked& operator=(const Unlocked&) = delete;
+
+   private:
+    Lock& lock_;
+  };
+  // Unpins its nodes when it goes out of scope (with the lock held again by then).
+  class PinScope {
+   public:
+    explicit PinScope(Registry& registry) : registry_(registry) {}
+    ~PinScope() { release(); }
+    PinScope(const PinScope&) = delete;
+    PinScope& operator=(const PinScope&) = delete;
+    void release() {
+      registry_.unpin_all_locked(nodes);
+      nodes.clear();
+    }
+    std::vector<Node*> nodes;
+
+   private:
+    Registry& registry_;
+  };
+
+  // --- registry.cpp: nodes and their lineage ---
+  Node* find_locked(Handle handle);
+  Node* by_key_locked(const c10::StorageImpl* key);
+  void record_creation_locked(const c10::OperatorHandle& op, const OpInfo& info,
+                              const std::vector<c10::IValue>& args,
+                              std::vector<const c10::StorageImpl*>& read_keys,
+                              c10::ArrayRef<c10::IValue> outputs, std::optional<at::Generator> rng,
+                              std::optional<at::Generator> generator, std::int64_t elapsed_ns);
+  void record_mutation_locked(const c10::OperatorHandle& op, const OpInfo& info,
+                              const std::vector<c10::IValue>& args,
+                              const std::vector<Node*>& targets, bool replayable,
+                              std::optional<at::Generator> rng,
+                              std::optional<at::Generator> generator, std::int64_t elapsed_ns);
+  std::shared_ptr<Recording> make_recording_locked(const c10::OperatorHandle& op,
+                                                   const OpInfo& info,
+                                                   const std::vector<c10::IValue>& args,
+                                                   std::vector<Node*>* inputs,
+                                                   std::vector<const c10::StorageImpl*>* leaves);
+  void add_reader_locked(Node* reader, const std::vector<Node*>& inputs,
+                         const std::vector<const c10::StorageImpl*>& leaves);
+  double cost_of(const OpInfo& info, const std::vector<c10::IValue>& args,
+                 const std::vector<at::Tensor>& outputs, std::int64_t elapsed_ns) const;
+  // The storage `key` is about to be written: what was recorded from its contents is
+  // restored (while it still can be) and frozen.
+  void invalidate_readers(Lock& lock, const c10::StorageImpl* key);
+  void freeze_locked(Node* node);
+  bool has_readers_locked(const Node* node);
+  // Whether anything besides the registry holds the node's storage.
+  bool program_holds_locked(const Node* node) const;
+  // The program's storage of `node` is gone: its memory went with it (Note [Who holds a
+  // storage]).
+  void mark_dead_locked(Node* node);
+  void forget_locked(Node* node);
+  // Forgets nodes nothing needs and evicts those only lineage needs; every few hundred ops
+  // and whenever the engine asks for memory.
+  void sweep_locked(bool tidy);
+
+  // --- evict.cpp: marks and eviction ---
+  void mark_locked(Node* node);
+  void unmark_locked(Node* node);
+  double eviction_cost_locked(const Node* node) const;
+  enum class Route { kNone, kFree, kSwap, kDrop };
+  Route route_locked(Node* node, bool eager);
+  bool evict_locked(Node* node, bool eager);
+  // Frees the data of `node`'s storage `s` (evicting it).
+  void free_data_locked(Node* node, c10::StorageImpl* s);
+  void pin_locked(Node* node) { ++node->pins; }
+  void unpin_locked(Node* node);
+
+  // --- restore.cpp: bringing storages back ---
+  // Pins `nodes` with every one resident; see the definition for the order.
+  void pin_all(Lock& lock, const std::vector<Node*>& nodes);
+  void unpin_all_locked(const std::vector<Node*>& nodes);
+  void restore(Lock& lock, Node* node);  // the caller pinned it
+  void restore_now(Lock& lock, Node* node);
+  // Replays one recorded op; `target` is the node an in-place step rebuilds. Returns its
+  // results (tensors only, in order).
+  std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target);
+  // Moves (or copies) `fresh`'s bytes into `node`'s storage, which becomes resident.
+  void install_locked(Node* node, const at::Tensor& fresh);
+  at::Tensor view_of_locked(Node* node, const Ref& ref);
+
+  // --- swap.cpp: host copies, prefetch, hybrid ---
+  std::uintptr_t compute_stream() const;
+  bool swap_out_locked(Node* node);
+  // Gives `node`'s storage (or, dead, a storage of the registry's own) memory of its size;
+  // without `may_evict` it fails rather than evict (a prefetch). Unlocks to allocate.
+  bool allocate_data(Lock& lock, Node* node, bool may_evict);
+  void swap_in(Lock& lock, Node* node, bool wait, bool allocated);
+  void arrive_locked(Node* node);
+  void drop_copy_locked(Node* node);
+  bool shed_copies_locked(std::size_t needed);
+  void prefetch_after(Lock& lock, Node* node);
+  void backward_use_locked(Node* node);
+  void end_iteration();
+  static std::int64_t now_ns();
+
+  std::mutex mu_;
+  std::atomic<bool> active_{false};
+  std::uint64_t generation_ = 0;                // guarded by mu_; bumped by start()
+  pyalloc_engine* engine_ = nullptr;            // guarded by mu_
+  Settings settings_;                           // guarded by mu_
+  bool can_swap_ = false;                       // policy swap or hybrid
+  bool can_relocate_ = false;                   // nodes without lineage may leave (host pool)
+  double copy_bw_ = 0;                          // bytes/s of one swap copy
+  std::map<Handle, std::unique_ptr<Node>> nodes_;  // guarded by mu_; by creation order
+  std::unordered_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
+  // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
+  // tensors): the readers to invalidate when one is written (the optimizer's step).
+  std::unordered_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
+  Handle next_handle_ = 1;                      // guarded by mu_
+  std::int64_t next_sweep_ = 256;               // guarded by mu_; in ops
+  std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
+  Counters counters_;                           // guarded by mu_
+  std::uint64_t owner_thread_ = 0;              // the thread that started it
+  std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
+  // Swap/hybrid: what the previous iteration did, by creation ordinal.
+  std::int64_t ordinal_ = 0;
+  std::unordered_map<std::int64_t, Handle> by_ordinal_;
+  bool in_backward_ = false;
+  std::vector<std::int64_t> order_cur_, order_prev_;
+  std::unordered_map<std::int64_t, std::size_t> pos_prev_;
+  std::map<std::pair<std::int64_t, std::size_t>, std::int64_t> gaps_cur_, gaps_prev_;
+  // The floor probe (set_floor_probe).
+  bool floor_probe_ = false;
+  std::uint64_t floor_bytes_ = 0, floor_allocated_ = 0, floor_droppable_ = 0;
+  std::string floor_op_;
+};
+
+// The process-wide registry.
+Registry& registry();
+
+}  // namespace pyalloc::registry

@@ -1,0 +1,274 @@
+// restore.cpp — bringing evicted storages back: replaying lineage, pinning what a user needs.
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "own_ops.h"
+#include "registry.h"
+
+namespace pyalloc::registry {
+namespace {
+
+// Runs `op` with `generator` set to the state `saved` for the call, and put back after.
+// The generator's state is read and written under its mutex, as PyTorch's own callers
+// do; the op itself takes the mutex, so it runs without it.
+class GeneratorState {
+ public:
+  GeneratorState(at::Generator generator, const at::Generator& saved)
+      : generator_(std::move(generator)) {
+    at::Tensor state = saved.get_state();
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    current_ = generator_.clone();
+    generator_.set_state(state);
+  }
+  ~GeneratorState() {
+    at::Tensor state = current_.get_state();
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state);
+  }
+  GeneratorState(const GeneratorState&) = delete;
+  GeneratorState& operator=(const GeneratorState&) = delete;
+
+ private:
+  at::Generator generator_;
+  at::Generator current_;
+};
+
+std::vector<at::Tensor> tensors_of(const torch::jit::Stack& stack) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : stack) {
+    if (v.isTensor()) out.push_back(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+  }
+  return out;
+}
+
+// A copy of argument `value` with every tensor cloned (an argument a replay must not write).
+c10::IValue cloned(const c10::IValue& value) {
+  if (value.isTensor()) return value.toTensor().defined() ? value.toTensor().clone() : value;
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list = value.toTensorList().copy();
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (list.get(i).defined()) list.set(i, list.get(i).clone());
+    return list;
+  }
+  return value;
+}
+
+}  // namespace
+
+void Registry::unpin_all_locked(const std::vector<Node*>& nodes) {
+  for (Node* node : nodes) unpin_locked(node);
+}
+
+// Pins `nodes` with every one of them resident, so nothing the caller needs is evicted
+// while it runs. Evicted ones are restored *before* the resident ones are pinned: pinning
+// first would hold every resident input along a recursive recompute (each level's dropout
+// mask, say) at once, which is exactly the memory that is short. A restore may evict a
+// node restored just before, so this repeats; after a few rounds it pins first.
+void Registry::pin_all(Lock& lock, const std::vector<Node*>& nodes) {
+  for (int round = 0; round < 3; ++round) {
+    for (Node* node : nodes) {
+      if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
+      if (node->evicted) restore_now(lock, node);
+    }
+    if (std::none_of(nodes.begin(), nodes.end(), [](Node* n) { return n->evicted; })) {
+      for (Node* node : nodes) {
+        if (node->arriving) arrive_locked(node);
+        pin_locked(node);
+      }
+      return;
+    }
+  }
+  std::vector<Node*> pinned;
+  try {
+    for (Node* node : nodes) {
+      if (!node->evicted) {
+        pin_locked(node);
+        pinned.push_back(node);
+      }
+    }
+    for (Node* node : nodes) {
+      if (node->evicted) {
+        pin_locked(node);
+        pinned.push_back(node);
+        restore(lock, node);
+      }
+    }
+    for (Node* node : nodes)
+      if (node->arriving) arrive_locked(node);
+  } catch (...) {
+    unpin_all_locked(pinned);
+    throw;
+  }
+}
+
+void Registry::restore_now(Lock& lock, Node* node) {
+  pin_locked(node);
+  try {
+    restore(lock, node);
+  } catch (...) {
+    unpin_locked(node);
+    throw;
+  }
+  unpin_locked(node);
+}
+
+at::Tensor Registry::view_of_locked(Node* node, const Ref& ref) {
+  return tensor_on(node->storage(), ref.dtype, ref.sizes, ref.strides, ref.offset);
+}
+
+std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* target) {
+  const Recording& rec = *step.rec;
+  const Handle target_handle = target ? target->handle : 0;
+  PinScope inputs(*this);
+  std::vector<Node*> needed;
+  for (const Ref& ref : rec.refs) {
+    if (ref.node == target_handle) continue;
+    Node* node = find_locked(ref.node);
+    TORCH_CHECK(node, "pyalloc: cannot recompute a tensor: an input it was made from was "
+                      "forgotten. This is a registry bug; please report it.");
+    TORCH_CHECK(node->version == ref.version,
+                "pyalloc: cannot recompute a tensor: its input was modified in place after it "
+                "was recorded (version ", node->version, ", recorded ", ref.version,
+                "). This is a registry bug; please report it.");
+    if (std::find(needed.begin(), needed.end(), node) == needed.end()) needed.push_back(node);
+  }
+  pin_all(lock, needed);
+  inputs.nodes = needed;
+  // The arguments, with each Ref rebuilt as a tensor on its (now resident) storage. Lists
+  // are copied before an element is set: the recording's lists are shared.
+  torch::jit::Stack stack = rec.args;
+  std::vector<std::uint16_t> copied;
+  for (const Ref& ref : rec.refs) {
+    Node* node = ref.node == target_handle ? target : find_locked(ref.node);
+    at::Tensor t = view_of_locked(node, ref);
+    c10::IValue& slot = stack[ref.arg];
+    if (ref.element < 0) {
+      slot = t;
+      continue;
+    }
+    const bool fresh_copy =
+        std::find(copied.begin(), copied.end(), ref.arg) == copied.end();
+    if (fresh_copy) copied.push_back(ref.arg);
+    if (slot.isTensorList()) {
+      c10::List<at::Tensor> list = fresh_copy ? slot.toTensorList().copy() : slot.toTensorList();
+      list.set(static_cast<std::size_t>(ref.element), t);
+      slot = list;
+    } else {
+      c10::impl::GenericList list = fresh_copy ? slot.toList().copy() : slot.toList();
+      list.set(static_cast<std::size_t>(ref.element), t);
+      slot = list;
+    }
+  }
+  // Arguments the op writes, other than the storage being rebuilt, are written on copies:
+  // a replay never writes (say) batch norm's running statistics a second time.
+  std::vector<std::uint16_t> to_clone;
+  for (std::uint16_t pos : rec.written) {
+    const bool rebuilds_target = std::any_of(rec.refs.begin(), rec.refs.end(), [&](const Ref& r) {
+      return r.arg == pos && r.node == target_handle && target_handle != 0;
+    });
+    if (!rebuilds_target && pos < stack.size()) to_clone.push_back(pos);
+  }
+  {
+    Unlocked unlocked(lock);  // the op allocates: See Note [Calling out] in reclaim.cpp
+    OwnOpGuard guard;
+    for (std::uint16_t pos : to_clone) stack[pos] = cloned(stack[pos]);
+    std::optional<GeneratorState> state;
+    if (rec.rng && rec.generator) state.emplace(*rec.generator, *rec.rng);
+    rec.op.callBoxed(stack);
+  }
+  return tensors_of(stack);
+}
+
+void Registry::install_locked(Node* node, const at::Tensor& fresh) {
+  c10::StorageImpl* from = fresh.storage().unsafeGetStorageImpl();
+  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+  if (!s || node->dead) {
+    // Dead: the replay's storage becomes the registry's own (Note [Who holds a storage]).
+    node->held = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from);
+    node->weak = c10::weak_intrusive_ptr<c10::StorageImpl>(node->held);
+  } else if (from != s.get() && from->nbytes() == node->nbytes &&
+             c10::raw::intrusive_ptr::use_count(from) == 1) {
+    // Only the replay's result holds it: take its memory rather than copy.
+    s->set_data_ptr_noswap(std::move(from->mutable_data_ptr()));
+    from->set_nbytes(0);
+    s->set_nbytes(node->nbytes);
+  } else {
+    s->set_data_ptr_noswap(node->allocator->allocate(node->nbytes));
+    s->set_nbytes(node->nbytes);
+    OwnOpGuard guard;
+    copy_bytes(s, c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from), node->nbytes);
+  }
+  node->evicted = false;
+}
+
+void Registry::restore(Lock& lock, Node* node) {
+  if (node->clean) {
+    try {
+      swap_in(lock, node, /*wait=*/true, /*allocated=*/false);
+      return;
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(node->lineage(), "pyalloc: cannot bring back a swapped-out tensor (",
+                  node->nbytes, " bytes) and it has no lineage to recompute it from: ",
+                  e.what_without_backtrace());
+      std::fprintf(stderr, "pyalloc: warning: %s; recomputing the tensor instead\n",
+                   e.what_without_backtrace());
+    }
+  }
+  TORCH_CHECK(node->lineage(), "pyalloc: an evicted tensor has no lineage left to recompute it "
+                               "from (node ", node->handle, ", ", node->nbytes, " bytes",
+              node->frozen ? ", frozen" : "", node->dead ? ", dead" : "",
+              node->held ? ", held" : "", "). This is a registry bug; please report it.");
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Step> steps = node->steps;  // the node may gain steps while unlocked
+  {
+    std::vector<at::Tensor> out = replay(lock, steps.front(), nullptr);
+    TORCH_CHECK(steps.front().output < out.size() && out[steps.front().output].defined(),
+                "pyalloc: recomputing ", steps.front().rec->op.schema().name(),
+                " gave fewer results than recorded. This is a registry bug; please report it.");
+    const at::Tensor& fresh = out[steps.front().output];
+    TORCH_CHECK(fresh.storage().nbytes() == node->nbytes, "pyalloc: recomputing ",
+                steps.front().rec->op.schema().name(), " gave ", fresh.storage().nbytes(),
+                " bytes, expected ", node->nbytes);
+    if (!node->evicted) return;  // another thread restored it while this one replayed
+    install_locked(node, fresh);
+  }
+  try {
+    for (std::size_t i = 1; i < steps.size(); ++i) replay(lock, steps[i], node);  // in place
+  } catch (...) {
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    if (s) free_data_locked(node, s.get());  // half restored is not restored
+    node->evicted = true;
+    throw;
+  }
+  ++counters_.recomputes;
+  counters_.recompute_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Registry::restore_all() {
+  Lock lock(mu_);
+  if (!active_.load()) return "";
+  std::vector<Handle> order;
+  for (auto& [h, node] : nodes_) order.push_back(h);
+  try {
+    for (Handle h : order) {  // oldest first: each chain is rebuilt front to back
+      Node* node = find_locked(h);
+      if (!node) continue;
+      if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+      if (node->evicted && !node->dead && program_holds_locked(node)) restore_now(lock, node);
+      if (node->arriving) arrive_locked(node);
+    }
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace pyalloc::registry
