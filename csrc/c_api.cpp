@@ -379,6 +379,22 @@ void pyalloc_set_thread_placement(void* ptr) {
   Engine::set_thread_placement(reinterpret_cast<std::uintptr_t>(ptr));
 }
 
+size_t pyalloc_engine_take_freed_marked(pyalloc_engine* engine, uint64_t* out, size_t capacity,
+                                        int* overflowed) {
+  if (!engine || (!out && capacity) || !overflowed) {
+    fail("engine, out and overflowed must not be NULL");
+    return 0;
+  }
+  bool over = false;
+  const size_t n = engine->take_freed_marked(out, capacity, &over);
+  *overflowed = over ? 1 : 0;
+  return n;
+}
+
+uint64_t pyalloc_engine_freed_marked_count(pyalloc_engine* engine) {
+  return engine ? engine->freed_marked_count() : 0;
+}
+
 int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr) {
   PYALLOC_CHECK_ENGINE(engine);
   std::string err = engine->touch(ptr);

@@ -88,6 +88,13 @@ PYALLOC_API int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyallo
 PYALLOC_API int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
                                              double cost);
 PYALLOC_API int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr);
+/* Handles of blocks their owner freed while still marked evictable (a storage the registry
+ * tracks died), oldest first: takes up to `capacity` into out and returns how many;
+ * *overflowed = 1 if some were dropped since the last call. Noted only while an evict
+ * callback is set. freed_marked_count changes whenever one is noted (a lock-free read). */
+PYALLOC_API size_t pyalloc_engine_take_freed_marked(pyalloc_engine* engine, uint64_t* out,
+                                                    size_t capacity, int* overflowed);
+PYALLOC_API uint64_t pyalloc_engine_freed_marked_count(pyalloc_engine* engine);
 /* Compaction (allocator/src/compactor.h; Note [Relocation] in engine.h). When nothing is
  * left to evict, `movable` writes the addresses of the blocks the registry can move now
  * into out[0..capacity) and returns their count; `relocate` moves the storage at from[i]

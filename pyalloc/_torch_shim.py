@@ -39,10 +39,15 @@ def _sources(root: Path) -> List[Path]:
     return [root / "csrc" / "torch_shim.cpp", *sorted((root / "registry" / "src").glob("*.cpp"))]
 
 
+# NDEBUG: PyTorch's headers compile their debug-only checks (dispatch tracing on every
+# redispatch, debug asserts) into whatever includes them, unless it is defined.
+_CFLAGS = ["-O2", "-DNDEBUG"]
+
+
 def _cache_dir(root: Path) -> Path:
     import torch
 
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(" ".join(_CFLAGS).encode())
     for path in [*_sources(root), *sorted((root / "registry" / "src").glob("*.h")),
                  root / "csrc" / "pyalloc_c.h"]:
         digest.update(path.name.encode())
@@ -99,7 +104,7 @@ def load() -> ctypes.CDLL:
         name=name,
         sources=[str(p) for p in _sources(root)],
         extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src")],
-        extra_cflags=["-O2"],
+        extra_cflags=_CFLAGS,
         build_directory=str(build_dir),
         is_python_module=False,
         verbose=False,

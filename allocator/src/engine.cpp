@@ -1,6 +1,7 @@
 // engine.cpp — the public operations of Engine; the reclaim ladder is in reclaim.cpp.
 #include "engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -233,6 +234,26 @@ std::string Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) 
   return "";
 }
 
+void Engine::note_freed_marked_locked(Block* block) {
+  // Only while a registry listens: a standalone engine's list would only grow.
+  if (evict_callback_) {
+    if (freed_marked_.size() < kMaxFreedMarked) freed_marked_.push_back(block->evict_handle);
+    else freed_marked_overflow_ = true;
+    freed_marked_count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  block->evict_handle = 0;
+}
+
+std::size_t Engine::take_freed_marked(std::uint64_t* out, std::size_t capacity, bool* overflowed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::size_t n = std::min(capacity, freed_marked_.size());
+  std::copy(freed_marked_.begin(), freed_marked_.begin() + static_cast<std::ptrdiff_t>(n), out);
+  freed_marked_.erase(freed_marked_.begin(), freed_marked_.begin() + static_cast<std::ptrdiff_t>(n));
+  *overflowed = freed_marked_overflow_;
+  freed_marked_overflow_ = false;
+  return n;
+}
+
 std::string Engine::touch(void* ptr) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -257,6 +278,7 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
            std::to_string(block->requested) + "; the block was left allocated (pass the size "
            "given to malloc)";
   }
+  if (block->evict_handle != 0) note_freed_marked_locked(block);
   if (block->segment->stitched) {
     free_stitched_locked(block);
     after_op_locked();

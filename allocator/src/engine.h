@@ -105,6 +105,15 @@ class Engine {
   // bringing it back; `touch` records a use (the logical clock ticks).
   std::string set_evictable(void* ptr, std::uint64_t handle, double cost);
   std::string touch(void* ptr);
+  // The handles of blocks their owner freed while still marked evictable, oldest first:
+  // how the registry learns, without scanning its nodes, that a storage it tracks died.
+  // Noted only while an evict callback is set. Takes up to `capacity` into out;
+  // *overflowed: some were dropped since the last call (the caller must scan instead).
+  std::size_t take_freed_marked(std::uint64_t* out, std::size_t capacity, bool* overflowed);
+  // Changes whenever such a free is noted; lock-free, so the registry can look every op.
+  std::uint64_t freed_marked_count() const {
+    return freed_marked_count_.load(std::memory_order_relaxed);
+  }
 
   // --- compaction (compactor.h) ---
   // Note [Relocation]
@@ -262,6 +271,8 @@ class Engine {
   EventId acquire_event_locked();
 
   void after_op_locked();  // the check_invariants option
+  // A marked block is being freed by its owner: noted for take_freed_marked().
+  void note_freed_marked_locked(Block* block);
   // Bytes the budget still allows to be reserved (0 when reserved already exceeds it).
   std::size_t headroom_locked() const;
 
@@ -293,6 +304,10 @@ class Engine {
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
+  static constexpr std::size_t kMaxFreedMarked = 1 << 16;
+  std::vector<std::uint64_t> freed_marked_;  // guarded by mutex_; take_freed_marked()
+  bool freed_marked_overflow_ = false;       // guarded by mutex_
+  std::atomic<std::uint64_t> freed_marked_count_{0};
   int evicting_ = 0;  // guarded by mutex_; threads inside an eviction callback now
   MovableCallback movable_callback_ = nullptr;    // guarded by mutex_
   RelocateCallback relocate_callback_ = nullptr;  // guarded by mutex_

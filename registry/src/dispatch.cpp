@@ -91,6 +91,7 @@ torch::Library* g_library = nullptr;  // guarded by g_library_mu; never destroye
 std::string register_fallback() {
   std::lock_guard<std::mutex> lock(g_library_mu);
   if (g_library) return "";
+  watch_deregistrations();
   try {
     auto* lib = new torch::Library(torch::Library::IMPL, "_", kRegistryKey, __FILE__, __LINE__);
     try {
@@ -123,23 +124,26 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const c10::ArrayRef<c10::IValue> arguments(stack->data() + first, info.num_arguments);
   // The storages the op reads on the managed device (settings_ is written only by start(),
   // before active_ is set, so it may be read here without the lock).
-  std::vector<const c10::StorageImpl*> read_keys;
+  KeyList read_keys;
   bool requires_grad = false, foreign = false;
   c10::Device device(settings_.device_type);
   for (const c10::IValue& v : arguments) {
     for_each_tensor(v, [&](const at::Tensor& t) {
-      if (!t.defined()) return;
+      if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // a Python number
       if (!(t.key_set() & kWrapperKeys).empty() || t.is_nested()) {
         foreign = true;
         return;
       }
-      if (t.device().type() != settings_.device_type || !t.has_storage()) return;
+      c10::StorageImpl* key = storage_of(t);
+      if (!key || t.device().type() != settings_.device_type) return;
       if (read_keys.empty()) device = t.device();
       requires_grad = requires_grad || t.requires_grad();
-      read_keys.push_back(t.storage().unsafeGetStorageImpl());
+      read_keys.push_back(key);
     });
   }
   if (foreign || read_keys.empty()) return pass_through(op, ks, stack);
+  // Whether the op may make an activation (what else decides is looked at below).
+  const bool may_create = requires_grad && at::GradMode::is_enabled();
 
   Lock lock(mu_);
   if (!active_.load(std::memory_order_relaxed)) {
@@ -147,21 +151,28 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     return pass_through(op, ks, stack);
   }
   ++counters_.ops;
-  const std::uint64_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
-  if (thread != owner_thread_ &&
-      std::find(seen_threads_.begin(), seen_threads_.end(), thread) == seen_threads_.end()) {
-    seen_threads_.push_back(thread);
+  thread_local const std::uint64_t t_thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  if (t_thread != owner_thread_ &&
+      std::find(seen_threads_.begin(), seen_threads_.end(), t_thread) == seen_threads_.end()) {
+    seen_threads_.push_back(t_thread);
     counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
   }
+  notice_deaths_locked(/*all=*/false);
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
-
-  // 1. What the op reads is restored and pinned.
-  PinScope pins(*this);
-  std::vector<Node*> used;
+  NodeList used;
   for (const c10::StorageImpl* key : read_keys) {
     Node* node = by_key_locked(key);
     if (node && std::find(used.begin(), used.end(), node) == used.end()) used.push_back(node);
   }
+  // Most ops of a step read no registered storage, write nothing and make no activation
+  // (backward's, the optimizer's on tensors nothing recorded read): nothing to do.
+  if (used.empty() && !may_create && info.written.empty() && !floor_probe_) {
+    lock.unlock();
+    return pass_through(op, ks, stack);
+  }
+
+  // 1. What the op reads is restored and pinned.
+  PinScope pins(*this);
   const bool in_backward = can_swap_ && torch::autograd::get_current_graph_task_id() != -1;
   if (!used.empty()) {
     if (in_backward)
@@ -180,37 +191,45 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       for (Node* node : used) prefetch_after(lock, node);
   }
   // 2. What it writes loses the readers recorded from its old contents.
-  bool writes_node = false;
+  NodeList targets;
   for (std::uint16_t pos : info.written) {
     if (pos >= info.num_arguments) continue;
-    std::vector<const c10::StorageImpl*> keys;
+    KeyList keys;
     for_each_tensor((*stack)[first + pos], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) keys.push_back(t.storage().unsafeGetStorageImpl());
+      if (c10::StorageImpl* key = storage_of(t)) keys.push_back(key);
     });
     for (const c10::StorageImpl* key : keys) {
       invalidate_readers(lock, key);
-      writes_node = writes_node || by_key_locked(key) != nullptr;
+      Node* node = by_key_locked(key);
+      if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
+        targets.push_back(node);
     }
   }
   // 3. What it makes from tensors that require grad is an activation: recorded, unless
-  // replaying it would write a registered storage again (then only the write is).
+  // replaying it would write a registered storage again (then only the write is). The
+  // recording is made from the arguments now; the results are added after the op ran.
   const bool replayable = !info.nondeterministic || at::globalContext().deterministicAlgorithms();
-  const bool creates = replayable && !writes_node && at::GradMode::is_enabled() && requires_grad;
-  std::optional<at::Generator> generator, rng;
-  if (info.random && (creates || writes_node)) {
-    generator = generator_of(arguments, device);
-    std::lock_guard<std::mutex> guard(generator->mutex());
-    rng = generator->clone();  // replayed bit for bit from this state
+  const bool writes_node = !targets.empty();
+  const bool creates = replayable && !writes_node && may_create && !info.aliases_only;
+  const bool extends = writes_node && extends_chain_locked(targets, replayable);
+  std::optional<Pending> pending;
+  if (creates || extends) {
+    pending.emplace();
+    prepare_locked(op, info, arguments, &*pending);
+    if (info.random) {
+      at::Generator generator = generator_of(arguments, device);
+      std::lock_guard<std::mutex> guard(generator.mutex());
+      pending->rec->rng = generator.clone();  // replayed bit for bit from this state
+      pending->rec->generator = generator;
+    }
   }
-  std::vector<c10::IValue> args;
-  if (creates || writes_node) args.assign(arguments.begin(), arguments.end());
   std::uint64_t droppable = 0;
   if (floor_probe_) {
-    for (auto& [h, node] : nodes_) {
-      if (node->lineage() && !node->evicted && !node->dead && !node->fixed &&
-          !node->weak.expired() &&
-          std::find(read_keys.begin(), read_keys.end(), node->key) == read_keys.end())
-        droppable += node->nbytes;
+    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+      const Node& n = *node;
+      if (n.lineage() && !n.evicted && !n.dead && !n.fixed && !n.weak.expired() &&
+          std::find(read_keys.begin(), read_keys.end(), n.key) == read_keys.end())
+        droppable += n.nbytes;
     }
     engine_api::api().reset_peak_stats(engine_);
   }
@@ -238,25 +257,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // 4. Recorded after the inputs are unpinned (and so offered to the engine again).
   pins.release();
-  if (writes_node) {
-    std::vector<Node*> targets;
-    for (std::uint16_t pos : info.written) {
-      if (pos >= args.size()) continue;
-      for_each_tensor(args[pos], [&](const at::Tensor& t) {
-        if (!t.defined() || !t.has_storage()) return;
-        Node* node = by_key_locked(t.storage().unsafeGetStorageImpl());
-        if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
-          targets.push_back(node);
-      });
-    }
-    if (!targets.empty())
-      record_mutation_locked(op, info, args, targets, replayable, std::move(rng),
-                             std::move(generator), elapsed_ns);
-  }
-  if (creates) {
-    record_creation_locked(op, info, args, read_keys, torch::jit::last(*stack, info.num_returns),
-                           std::move(rng), std::move(generator), elapsed_ns);
-  }
+  if (writes_node) record_mutation_locked(extends ? &*pending : nullptr, targets, elapsed_ns);
+  if (creates) record_creation_locked(*pending, read_keys, torch::jit::last(*stack, info.num_returns), elapsed_ns);
 }
 
 }  // namespace pyalloc::registry

@@ -40,6 +40,8 @@ std::string bind(const char* library_path) {
   resolve(lib, "pyalloc_engine_set_compact_callbacks", &a.set_compact_callbacks, &missing);
   resolve(lib, "pyalloc_engine_set_evictable", &a.set_evictable, &missing);
   resolve(lib, "pyalloc_engine_touch", &a.touch, &missing);
+  resolve(lib, "pyalloc_engine_take_freed_marked", &a.take_freed_marked, &missing);
+  resolve(lib, "pyalloc_engine_freed_marked_count", &a.freed_marked_count, &missing);
   resolve(lib, "pyalloc_set_thread_placement", &a.set_thread_placement, &missing);
   resolve(lib, "pyalloc_set_thread_may_evict", &a.set_thread_may_evict, &missing);
   resolve(lib, "pyalloc_engine_swap_out", &a.swap_out, &missing);

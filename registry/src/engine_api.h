@@ -27,6 +27,8 @@ struct Api {
                                void*) = nullptr;
   int (*set_evictable)(pyalloc_engine*, void*, uint64_t, double) = nullptr;
   int (*touch)(pyalloc_engine*, void*) = nullptr;
+  size_t (*take_freed_marked)(pyalloc_engine*, uint64_t*, size_t, int*) = nullptr;
+  uint64_t (*freed_marked_count)(pyalloc_engine*) = nullptr;
   void (*set_thread_placement)(void*) = nullptr;
   void (*set_thread_may_evict)(int) = nullptr;
   int (*swap_out)(pyalloc_engine*, void*, size_t, uintptr_t, uint64_t*) = nullptr;

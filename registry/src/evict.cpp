@@ -18,16 +18,16 @@ constexpr double kRelocatePenalty = 64.0;
 
 void Registry::mark_locked(Node* node) {
   if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return;
-  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-  if (!s) {
-    mark_dead_locked(node);
+  const c10::StorageImpl* s = node->peek();
+  void* ptr = s ? s->data_ptr().get() : nullptr;
+  if (!ptr) {
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
     return;
   }
-  void* ptr = s->data_ptr().get();
-  if (!ptr) return;
   // set_evictable overwrites an earlier mark: it also updates the cost.
   if (engine_api::api().set_evictable(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
     node->marked = true;
+    node->last_tick = ++ticks_;
   } else {
     node->fixed = true;  // not the engine's memory: it could never free it
   }
@@ -36,8 +36,26 @@ void Registry::mark_locked(Node* node) {
 void Registry::unmark_locked(Node* node) {
   if (!node->marked) return;
   node->marked = false;
-  c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+  const c10::StorageImpl* s = node->peek();
   if (s && s->data_ptr().get()) engine_api::api().set_evictable(engine_, s->data_ptr().get(), 0, 0);
+}
+
+// Note [Touches]
+// ~~~~~~~~~~~~~~
+// The engine ranks victims by staleness on a logical clock that ticks once per mark and
+// touch it is sent (evictor.h). Most uses of a node come right after it was made (the next
+// op reads it), when its mark is a tick or two old: a touch then would change its
+// staleness by as much, and costs an engine call (its lock and a lookup) on most ops. So a
+// use within kTouchSlack ticks of the node's last mark or touch is not sent; the ranking
+// is off by at most that many ticks, the same way in every run.
+constexpr std::uint64_t kTouchSlack = 4;
+
+void Registry::touch_locked(Node* node) {
+  if (ticks_ - node->last_tick <= kTouchSlack) return;
+  const c10::StorageImpl* s = node->peek();
+  if (!s || !s->data_ptr().get()) return;
+  engine_api::api().touch(engine_, s->data_ptr().get());
+  node->last_tick = ++ticks_;
 }
 
 // Pinning leaves the engine's mark in place: inputs are pinned and unpinned on every op,
@@ -46,12 +64,8 @@ void Registry::unmark_locked(Node* node) {
 // again. Unpinning a node still marked is a use: a touch, for staleness.
 void Registry::unpin_locked(Node* node) {
   if (--node->pins > 0) return;
-  if (node->marked) {
-    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-    if (s && s->data_ptr().get()) engine_api::api().touch(engine_, s->data_ptr().get());
-  } else {
-    mark_locked(node);
-  }
+  if (node->marked) touch_locked(node);
+  else mark_locked(node);
 }
 
 double Registry::eviction_cost_locked(const Node* node) const {
@@ -119,6 +133,7 @@ bool Registry::evict_locked(Node* node, bool eager) {
 std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
   Lock lock(mu_);
   if (!active_.load()) return 0;
+  notice_deaths_locked(/*all=*/true);  // the dead go before anything that lives
   std::size_t done = 0;
   for (std::size_t i = 0; i < count; ++i) {
     Node* node = find_locked(handles[i]);
@@ -146,7 +161,7 @@ std::size_t Registry::movable(std::uintptr_t* out, std::size_t capacity) {
   Lock lock(mu_);
   if (!active_.load()) return 0;
   std::size_t n = 0;
-  for (auto& [h, node] : nodes_) {
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
     if (!movable_now(*node)) continue;
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
     void* ptr = s ? s->data_ptr().get() : nullptr;
@@ -166,10 +181,10 @@ std::size_t Registry::relocate(const std::uintptr_t* from, const std::uintptr_t*
   Lock lock(mu_);
   if (!active_.load()) return 0;
   std::unordered_map<std::uintptr_t, Node*> at;
-  for (auto& [h, node] : nodes_) {
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
     if (!movable_now(*node)) continue;
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-    if (s && s->data_ptr().get()) at[reinterpret_cast<std::uintptr_t>(s->data_ptr().get())] = node.get();
+    if (s && s->data_ptr().get()) at[reinterpret_cast<std::uintptr_t>(s->data_ptr().get())] = node;
   }
   const engine_api::Api& api = engine_api::api();
   std::size_t moved = 0;

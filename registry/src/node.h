@@ -6,9 +6,11 @@
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <ATen/core/TensorBase.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
@@ -17,6 +19,13 @@
 #include <vector>
 
 namespace pyalloc::registry {
+
+// The storage of `t` (nullptr for an undefined tensor or one without storage). Reads the
+// field directly: TensorImpl::has_storage() and storage() are virtual calls with checks,
+// and the per-op path asks this of every argument.
+inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
+  return t.defined() ? t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+}
 
 // A node's name, and what the engine knows it by. Never 0 (the engine's "not evictable").
 using Handle = std::uint64_t;
@@ -28,8 +37,8 @@ struct Ref {
   Handle node = 0;
   std::uint32_t version = 0;  // the node's version when the op was recorded
   std::int64_t offset = 0;
-  std::vector<std::int64_t> sizes;
-  std::vector<std::int64_t> strides;
+  c10::SmallVector<std::int64_t, 6> sizes;
+  c10::SmallVector<std::int64_t, 6> strides;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   std::uint16_t arg = 0;      // which argument of the stack
   std::int32_t element = -1;  // which element of a tensor list (-1: the argument itself)
@@ -40,14 +49,18 @@ struct Ref {
 struct Recording {
   explicit Recording(const c10::OperatorHandle& h) : op(h) {}
   c10::OperatorHandle op;
-  std::vector<c10::IValue> args;  // the arguments, with None where `refs` go
-  std::vector<Ref> refs;
+  c10::SmallVector<c10::IValue, 6> args;  // the arguments, with None where `refs` go
+  c10::SmallVector<Ref, 2> refs;
+  // Arguments that were Python numbers PyTorch wrapped as 0-dim tensors: kept as the
+  // number (args holds a Scalar there) and wrapped again at replay.
+  c10::SmallVector<std::uint16_t, 2> wrapped;
   std::optional<at::Generator> rng;        // a copy of the generator's state before the op
   std::optional<at::Generator> generator;  // the generator the op drew from
   double cost = 0;                         // in the cost model's unit (Registry::cost_of)
-  // Argument positions the op writes (OpInfo::written); a replay writes only the storage it
-  // rebuilds and works on copies of the others (batch norm's running statistics).
-  std::vector<std::uint16_t> written;
+  // Argument positions the op writes (OpInfo::written, which lives as long as the process);
+  // a replay writes only the storage it rebuilds and works on copies of the others (batch
+  // norm's running statistics).
+  const std::vector<std::uint16_t>* written = nullptr;
 };
 
 // One op of a storage's chain: its creation (output: which tensor of the op's results,
@@ -75,9 +88,9 @@ struct Step {
 //   marked             => resident, not pinned, and offered to the engine as evictable
 //   pins > 0           => resident (a pinned node is restored first and never evicted)
 struct Node {
-  Node(Handle h, const c10::intrusive_ptr<c10::StorageImpl>& s)
-      : handle(h), weak(s), key(s.get()), allocator(s->allocator()), nbytes(s->nbytes()),
-        device(s->device()) {}
+  Node(Handle h, const c10::Storage& s)
+      : handle(h), weak(s.getWeakStorageImpl()), key(s.unsafeGetStorageImpl()),
+        allocator(s.allocator()), nbytes(s.nbytes()), device(s.device()) {}
 
   Handle handle;
   c10::weak_intrusive_ptr<c10::StorageImpl> weak;  // the storage (the program's, or `held`)
@@ -86,11 +99,12 @@ struct Node {
   c10::Allocator* allocator;                       // what the storage allocates with
   std::size_t nbytes;
   c10::Device device;
-  std::vector<Step> steps;        // creation, then in-place steps; empty once frozen
+  c10::SmallVector<Step, 1> steps;  // creation, then in-place steps; empty once frozen
   double cost = 0;                // bringing it back by replaying `steps`
   std::uint32_t version = 0;      // in-place ops seen
-  std::vector<Handle> readers;    // nodes recorded from the current contents
+  c10::SmallVector<Handle, 2> readers;  // nodes recorded from the current contents
   int pins = 0;                   // ops and replays using it now
+  std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch
   bool evicted = false;
   bool dead = false;              // the program's storage is gone (see above)
   bool frozen = false;            // lineage invalid: never recomputed again
@@ -105,10 +119,16 @@ struct Node {
   std::int64_t ordinal = -1;      // creation index within the iteration (forward only)
   std::int64_t last_use_ns = 0;   // host clock of its last forward use (hybrid)
   std::int64_t waited_ns = 0;     // the engine's blocked time at that use
+  Node* older = nullptr;          // creation order (NodeTable)
+  Node* newer = nullptr;
 
   bool lineage() const { return !steps.empty(); }
-  // The storage, if it still exists (the program's or the registry's).
+  // The storage, if it still exists (the program's or the registry's): a strong reference,
+  // for changing it.
   c10::intrusive_ptr<c10::StorageImpl> storage() const { return weak.lock(); }
+  // The same for reading only: the weak reference keeps the object allocated, so this is
+  // safe to read even when the program just let go of it (its data is then null).
+  const c10::StorageImpl* peek() const { return dead ? held.get() : key; }
 };
 
 }  // namespace pyalloc::registry

@@ -2,8 +2,10 @@
 #include "op_info.h"
 
 #include <ATen/core/enum_tag.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -66,17 +68,32 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
         info->written.push_back(i);
     }
   }
+  const auto& returns = schema.returns();
+  info->aliases_only = !returns.empty() && std::all_of(returns.begin(), returns.end(),
+                                                       [](const c10::Argument& r) {
+                                                         return r.alias_info() != nullptr;
+                                                       });
   info->flops = flops_kind(base);
   return info;
 }
 
 // One table for the process, read through a per-thread cache so the common case takes no
-// lock. Keyed by the schema's address, which is stable while the operator is registered.
-// An operator deregistered at run time (a torch.library with a finite lifetime) could leave
-// its address to another, so a hit is checked by name, and entries are never destroyed
-// (other threads' caches point at them): a reused address adds an entry beside the old.
+// lock and compares no names. Keyed by the schema's address, which is stable while the
+// operator is registered. An operator deregistered at run time (a torch.library with a
+// finite lifetime) could leave its address to another, so a deregistration bumps an epoch
+// that empties every thread's cache, and the table itself checks names on its (slow) path.
+// Entries are never destroyed: a thread may still hold one until its next lookup.
 std::mutex g_table_mu;
 std::unordered_multimap<const void*, std::unique_ptr<OpInfo>> g_table;  // guarded by g_table_mu
+std::atomic<std::uint64_t> g_epoch{0};
+
+class DeregistrationListener final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {
+    g_epoch.fetch_add(1, std::memory_order_release);
+  }
+};
 
 bool names(const OpInfo& info, const c10::FunctionSchema& schema) {
   return info.base == schema.name() && info.overload == schema.overload_name();
@@ -84,19 +101,38 @@ bool names(const OpInfo& info, const c10::FunctionSchema& schema) {
 
 }  // namespace
 
+void watch_deregistrations() {
+  static const bool once = [] {
+    // Kept for the life of the process, as the registry is.
+    new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
+        std::make_unique<DeregistrationListener>()));
+    return true;
+  }();
+  (void)once;
+}
+
 const OpInfo& op_info(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const void*, const OpInfo*> cache;
+  struct Cache {
+    ska::flat_hash_map<const void*, const OpInfo*> map;
+    std::uint64_t epoch = 0;
+  };
+  thread_local Cache cache;
   const c10::FunctionSchema& schema = op.schema();
   const void* key = &schema;
-  auto it = cache.find(key);
-  if (it != cache.end() && names(*it->second, schema)) return *it->second;
+  const std::uint64_t epoch = g_epoch.load(std::memory_order_acquire);
+  if (cache.epoch != epoch) {
+    cache.map.clear();
+    cache.epoch = epoch;
+  }
+  auto it = cache.map.find(key);
+  if (it != cache.map.end()) return *it->second;
   std::lock_guard<std::mutex> lock(g_table_mu);
   const OpInfo* found = nullptr;
   auto range = g_table.equal_range(key);
   for (auto e = range.first; e != range.second && !found; ++e)
     if (names(*e->second, schema)) found = e->second.get();
   if (!found) found = g_table.emplace(key, compute(op))->second.get();
-  cache[key] = found;
+  cache.map[key] = found;
   return *found;
 }
 

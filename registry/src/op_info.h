@@ -26,6 +26,9 @@ struct OpInfo {
   // inputs are cast, and the casts are ops of their own. See Note [Composite ops].
   bool autocast_cpu = false;
   bool autocast_cuda = false;
+  // Every result aliases an argument (views, in-place and out= ops): the op never makes a
+  // new storage, so nothing it returns is recorded.
+  bool aliases_only = false;
   bool random = false;            // tag nondeterministic_seeded: replayed under saved RNG state
   bool nondeterministic = false;  // tag nondeterministic_bitwise: replay may differ
   // Positions of the arguments the op writes: those its schema marks (a!), and the
@@ -38,5 +41,9 @@ struct OpInfo {
 
 // The info of `op` (a reference that stays valid for the life of the process).
 const OpInfo& op_info(const c10::OperatorHandle& op);
+
+// Makes op_info() forget what it cached when an operator is deregistered. Call once before
+// op_info() is first used (register_fallback() does).
+void watch_deregistrations();
 
 }  // namespace pyalloc::registry

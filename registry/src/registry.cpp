@@ -14,12 +14,13 @@ namespace {
 
 // A chain longer than this is frozen: replaying it would cost more than it saves.
 constexpr std::size_t kMaxChain = 8;
+// The backstop sweep runs every this many ops at least (and every 8 ops per node): deaths
+// the engine could not note (a storage that died while evicted or unmarked) wait that long.
+constexpr std::int64_t kSweepEvery = 4096;
+// Deaths noted by the engine are taken this many at a time on the per-op path.
+constexpr std::uint64_t kDeathsPerDrain = 16;
 // The "model" cost weighs FLOPs against bytes at this arithmetic intensity.
 constexpr double kFlopsPerByte = 64.0;
-
-c10::intrusive_ptr<c10::StorageImpl> strong(const at::Tensor& t) {
-  return c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(t.storage().unsafeGetStorageImpl());
-}
 
 }  // namespace
 
@@ -50,8 +51,9 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   by_key_.clear();
   leaf_readers_.clear();
   counters_ = Counters{};
-  next_sweep_ = 256;
+  next_sweep_ = kSweepEvery;
   last_evict_sweep_ = -1;
+  deaths_seen_ = api.freed_marked_count(engine);
   owner_thread_ = std::hash<std::thread::id>{}(std::this_thread::get_id());
   seen_threads_.clear();
   ordinal_ = 0;
@@ -92,7 +94,7 @@ std::string Registry::stop() {
   // Forgetting takes each node's mark and host copy with it; the registry's own storages
   // (dead nodes' rebuilt contents, frozen inputs) are released.
   std::vector<Node*> all;
-  for (auto& [h, node] : nodes_) all.push_back(node.get());
+  for (Node* node = nodes_.oldest(); node; node = node->newer) all.push_back(node);
   for (Node* node : all) {
     node->pins = 0;
     forget_locked(node);
@@ -105,8 +107,7 @@ std::string Registry::stop() {
 // --- lookups ---------------------------------------------------------------------------------
 
 Node* Registry::find_locked(Handle handle) {
-  auto it = nodes_.find(handle);
-  return it == nodes_.end() ? nullptr : it->second.get();
+  return nodes_.find(handle);
 }
 
 Node* Registry::by_key_locked(const c10::StorageImpl* key) {
@@ -120,72 +121,72 @@ bool Registry::program_holds_locked(const Node* node) const {
 
 bool Registry::has_readers_locked(const Node* node) {
   for (Handle h : node->readers) {
-    auto it = nodes_.find(h);
-    if (it != nodes_.end() && it->second->lineage()) return true;
+    const Node* reader = nodes_.find(h);
+    if (reader && reader->lineage()) return true;
   }
   return false;
 }
 
 // --- recording -------------------------------------------------------------------------------
 
-double Registry::cost_of(const OpInfo& info, const std::vector<c10::IValue>& args,
-                         const std::vector<at::Tensor>& outputs, std::int64_t elapsed_ns) const {
+double Registry::cost_locked(const Pending& pending,
+                             c10::ArrayRef<const at::Tensor*> outputs,
+                             std::int64_t elapsed_ns) const {
   if (settings_.cost == CostModel::kTime) return static_cast<double>(std::max<std::int64_t>(elapsed_ns, 1));
   double out_bytes = 0;
-  for (const at::Tensor& o : outputs)
-    if (o.defined() && o.has_storage()) out_bytes += static_cast<double>(o.storage().nbytes());
+  for (const at::Tensor* o : outputs)
+    if (const c10::StorageImpl* key = storage_of(*o)) out_bytes += static_cast<double>(key->nbytes());
   if (settings_.cost == CostModel::kBytes) return std::max(out_bytes, 1.0);
-  double in_bytes = 0;
-  auto count = [&](const c10::IValue& v) {
-    if (v.isTensor() && v.toTensor().defined())
-      in_bytes += static_cast<double>(v.toTensor().numel() * v.toTensor().element_size());
-  };
-  for (const c10::IValue& v : args) {
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        if (t.defined()) in_bytes += static_cast<double>(t.numel() * t.element_size());
-      }
-    } else {
-      count(v);
-    }
-  }
-  double flops = 0;
-  // Multiply-adds of the compute-bound ops (x2), from shapes.
-  auto tensor_arg = [&](std::size_t i) -> const at::Tensor* {
-    return i < args.size() && args[i].isTensor() ? &args[i].toTensor() : nullptr;
-  };
-  if (!outputs.empty() && outputs[0].defined() && info.flops != Flops::kNone) {
-    const double out = static_cast<double>(outputs[0].numel());
-    if (info.flops == Flops::kMatmul || info.flops == Flops::kMatmulWithBias) {
-      const at::Tensor* a = tensor_arg(info.flops == Flops::kMatmul ? 0 : 1);
-      if (a && a->dim() > 0) flops = 2.0 * out * static_cast<double>(a->size(-1));
-    } else if (const at::Tensor* w = tensor_arg(1); w && w->dim() > 0) {
-      flops = 2.0 * out * static_cast<double>(w->numel() / std::max<std::int64_t>(1, w->size(0)));
-    }
-  }
-  return std::max(in_bytes + out_bytes, 1.0) + flops / kFlopsPerByte;
+  const double out = !outputs.empty() && outputs[0]->defined()
+                         ? static_cast<double>(outputs[0]->numel()) : 0.0;
+  return std::max(pending.in_bytes + out_bytes, 1.0) +
+         out * pending.flops_per_output / kFlopsPerByte;
 }
 
-std::shared_ptr<Recording> Registry::make_recording_locked(
-    const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args,
-    std::vector<Node*>* inputs, std::vector<const c10::StorageImpl*>* leaves) {
-  auto rec = std::make_shared<Recording>(op);
-  rec->args = args;
-  rec->written = info.written;
-  // A registered storage becomes a Ref; anything else is kept as it is. A tensor with an
-  // autograd history is kept as a detached alias, so lineage never keeps a graph alive.
-  auto convert = [&](const at::Tensor& t, std::uint16_t arg, std::int32_t element,
-                     at::Tensor* keep) -> bool {
-    if (!t.defined() || !t.has_storage()) return false;
-    const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+namespace {
+// The number a wrapped-number tensor holds (what PyTorch made of a Python scalar argument).
+std::optional<c10::Scalar> wrapped_number(const at::Tensor& t) {
+  if (!t.unsafeGetTensorImpl()->is_wrapped_number() || t.device().type() != c10::DeviceType::CPU)
+    return std::nullopt;
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: return c10::Scalar(*t.const_data_ptr<double>());
+    case c10::ScalarType::Long: return c10::Scalar(*t.const_data_ptr<std::int64_t>());
+    case c10::ScalarType::Bool: return c10::Scalar(*t.const_data_ptr<bool>());
+    case c10::ScalarType::ComplexDouble:
+      return c10::Scalar(*t.const_data_ptr<c10::complex<double>>());
+    default: return std::nullopt;
+  }
+}
+}  // namespace
+
+void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
+                              c10::ArrayRef<c10::IValue> args, Pending* pending) {
+  auto rec = std::allocate_shared<Recording>(PoolAllocator<Recording>(&recordings_), op);
+  rec->written = &info.written;
+  NodeList* inputs = &pending->inputs;
+  KeyList* leaves = &pending->leaves;
+  double& in_bytes = pending->in_bytes;
+  // A registered storage becomes a Ref (None in the stack); a Python number stays a
+  // number; anything else is kept as it is, a tensor with an autograd history as a
+  // detached alias, so lineage never keeps a graph alive.
+  auto convert = [&](const at::Tensor& t, std::uint16_t arg, std::int32_t element) -> c10::IValue {
+    const c10::StorageImpl* key = storage_of(t);
+    if (!key) return t;
+    in_bytes += static_cast<double>(t.numel() * t.element_size());
+    if (element < 0) {
+      if (std::optional<c10::Scalar> number = wrapped_number(t)) {
+        rec->wrapped.push_back(arg);
+        return *number;
+      }
+    }
     Node* node = by_key_locked(key);
     if (!node) {
       leaves->push_back(key);
-      if (t.requires_grad() && !t.is_leaf()) *keep = t.variable_data();
-      return false;
+      if (t.requires_grad() && !t.is_leaf()) return t.variable_data();
+      return t;
     }
     if (std::find(inputs->begin(), inputs->end(), node) == inputs->end()) inputs->push_back(node);
-    Ref ref;
+    Ref& ref = rec->refs.emplace_back();
     ref.node = node->handle;
     ref.version = node->version;
     ref.offset = t.storage_offset();
@@ -194,42 +195,51 @@ std::shared_ptr<Recording> Registry::make_recording_locked(
     ref.dtype = t.scalar_type();
     ref.arg = arg;
     ref.element = element;
-    rec->refs.push_back(std::move(ref));
-    return true;
+    return c10::IValue();
   };
-  for (std::size_t i = 0; i < rec->args.size(); ++i) {
-    c10::IValue& v = rec->args[i];
+  rec->args.reserve(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
     const auto arg = static_cast<std::uint16_t>(i);
     if (v.isTensor()) {
-      at::Tensor keep;
-      if (convert(v.toTensor(), arg, -1, &keep)) v = c10::IValue();
-      else if (keep.defined()) v = keep;
+      rec->args.push_back(convert(v.toTensor(), arg, -1));
     } else if (v.isTensorList()) {
       // The list is the caller's: convert a copy.
       c10::List<at::Tensor> list = v.toTensorList().copy();
       for (std::size_t j = 0; j < list.size(); ++j) {
-        at::Tensor keep;
-        if (convert(list.get(j), arg, static_cast<std::int32_t>(j), &keep)) list.set(j, at::Tensor());
-        else if (keep.defined()) list.set(j, keep);
+        c10::IValue e = convert(list.get(j), arg, static_cast<std::int32_t>(j));
+        list.set(j, e.isTensor() ? e.toTensor() : at::Tensor());
       }
-      v = list;
+      rec->args.push_back(std::move(list));
     } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
       c10::impl::GenericList list = v.toList().copy();  // Tensor?[] (index) and the like
       for (std::size_t j = 0; j < list.size(); ++j) {
         c10::IValue e = list.get(j);
-        if (!e.isTensor()) continue;
-        at::Tensor keep;
-        if (convert(e.toTensor(), arg, static_cast<std::int32_t>(j), &keep)) list.set(j, c10::IValue());
-        else if (keep.defined()) list.set(j, keep);
+        if (e.isTensor()) list.set(j, convert(e.toTensor(), arg, static_cast<std::int32_t>(j)));
       }
-      v = list;
+      rec->args.push_back(std::move(list));
+    } else {
+      rec->args.push_back(v);
     }
   }
-  return rec;
+  // Multiply-adds of the compute-bound ops (x2) per element of the result, from shapes.
+  auto tensor_arg = [&](std::size_t i) -> const at::Tensor* {
+    return i < args.size() && args[i].isTensor() ? &args[i].toTensor() : nullptr;
+  };
+  if (info.flops == Flops::kMatmul || info.flops == Flops::kMatmulWithBias) {
+    const at::Tensor* a = tensor_arg(info.flops == Flops::kMatmul ? 0 : 1);
+    if (a && a->dim() > 0) pending->flops_per_output = 2.0 * static_cast<double>(a->size(-1));
+  } else if (info.flops == Flops::kConvolution) {
+    const at::Tensor* w = tensor_arg(1);
+    if (w && w->dim() > 0)
+      pending->flops_per_output =
+          2.0 * static_cast<double>(w->numel() / std::max<std::int64_t>(1, w->size(0)));
+  }
+  pending->rec = std::move(rec);
 }
 
-void Registry::add_reader_locked(Node* reader, const std::vector<Node*>& inputs,
-                                 const std::vector<const c10::StorageImpl*>& leaves) {
+void Registry::add_reader_locked(Node* reader, c10::ArrayRef<Node*> inputs,
+                                 c10::ArrayRef<const c10::StorageImpl*> leaves) {
   for (Node* input : inputs) {
     if (input == reader) continue;
     input->readers.push_back(reader->handle);
@@ -240,44 +250,40 @@ void Registry::add_reader_locked(Node* reader, const std::vector<Node*>& inputs,
   for (const c10::StorageImpl* key : leaves) leaf_readers_[key].push_back(reader->handle);
 }
 
-void Registry::record_creation_locked(const c10::OperatorHandle& op, const OpInfo& info,
-                                      const std::vector<c10::IValue>& args,
-                                      std::vector<const c10::StorageImpl*>& read_keys,
+void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
                                       c10::ArrayRef<c10::IValue> outputs,
-                                      std::optional<at::Generator> rng,
-                                      std::optional<at::Generator> generator,
                                       std::int64_t elapsed_ns) {
-  std::vector<at::Tensor> results;
+  // The results (the stack holds them meanwhile); a tensor list's are gathered by value.
+  c10::SmallVector<const at::Tensor*, 4> results;
+  c10::SmallVector<at::Tensor, 4> listed;
   for (const c10::IValue& v : outputs) {
-    if (v.isTensor()) results.push_back(v.toTensor());
-    else if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorList()) results.push_back(t);
+    if (v.isTensor()) {
+      results.push_back(&v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) listed.push_back(t);
+    }
   }
+  for (const at::Tensor& t : listed) results.push_back(&t);
   // New storages on the managed device: not a view of an input, not known already, not
   // small, and freeable.
-  std::vector<std::uint32_t> fresh;
+  c10::SmallVector<std::uint32_t, 4> fresh;
   for (std::uint32_t i = 0; i < results.size(); ++i) {
-    const at::Tensor& o = results[i];
-    if (!o.defined() || !o.has_storage() || o.device().type() != settings_.device_type) continue;
-    c10::StorageImpl* key = o.storage().unsafeGetStorageImpl();
+    const at::Tensor& o = *results[i];
+    c10::StorageImpl* key = storage_of(o);
+    if (!key || o.device().type() != settings_.device_type) continue;
+    if (key->nbytes() < settings_.min_bytes || !key->resizable()) continue;
     if (std::find(read_keys.begin(), read_keys.end(), key) != read_keys.end()) continue;
-    if (by_key_.count(key) || key->nbytes() < settings_.min_bytes || !key->resizable()) continue;
+    if (by_key_.count(key)) continue;
     read_keys.push_back(key);  // two results on one storage make one node
     fresh.push_back(i);
   }
   if (fresh.empty()) return;
-  std::vector<Node*> inputs;
-  std::vector<const c10::StorageImpl*> leaves;
-  std::shared_ptr<Recording> rec = make_recording_locked(op, info, args, &inputs, &leaves);
-  rec->cost = cost_of(info, args, results, elapsed_ns);
-  rec->rng = std::move(rng);
-  rec->generator = std::move(generator);
+  Recording& rec = *pending.rec;
+  rec.cost = cost_locked(pending, results, elapsed_ns);
   for (std::uint32_t i : fresh) {
-    auto owned = std::make_unique<Node>(next_handle_++, strong(results[i]));
-    Node* node = owned.get();
-    node->steps.push_back(Step{rec, i});
-    node->cost = rec->cost;
-    nodes_.emplace(node->handle, std::move(owned));
+    Node* node = nodes_.create(results[i]->unsafeGetTensorImpl()->unsafe_storage());
+    node->steps.push_back(Step{pending.rec, i});
+    node->cost = rec.cost;
     by_key_[node->key] = node;
     if (can_swap_ && !in_backward_) {
       node->ordinal = ordinal_++;
@@ -287,37 +293,33 @@ void Registry::record_creation_locked(const c10::OperatorHandle& op, const OpInf
         node->waited_ns = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
       }
     }
-    add_reader_locked(node, inputs, leaves);
+    add_reader_locked(node, pending.inputs, pending.leaves);
     mark_locked(node);
   }
 }
 
-void Registry::record_mutation_locked(const c10::OperatorHandle& op, const OpInfo& info,
-                                      const std::vector<c10::IValue>& args,
-                                      const std::vector<Node*>& targets, bool replayable,
-                                      std::optional<at::Generator> rng,
-                                      std::optional<at::Generator> generator,
+bool Registry::extends_chain_locked(c10::ArrayRef<Node*> targets, bool replayable) const {
+  const Node* target = targets.front();
+  return targets.size() == 1 && replayable && !target->frozen && target->lineage() &&
+         target->steps.size() < kMaxChain;
+}
+
+void Registry::record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> targets,
                                       std::int64_t elapsed_ns) {
   for (Node* node : targets) drop_copy_locked(node);  // their host copies are stale now
-  Node* target = targets.front();
-  if (targets.size() > 1 || !replayable || target->frozen || !target->lineage() ||
-      target->steps.size() >= kMaxChain) {
+  if (!pending) {  // a write the lineage cannot follow (See extends_chain_locked)
     for (Node* node : targets) {
       ++node->version;
       freeze_locked(node);
     }
     return;
   }
-  std::vector<Node*> inputs;
-  std::vector<const c10::StorageImpl*> leaves;
-  std::shared_ptr<Recording> rec = make_recording_locked(op, info, args, &inputs, &leaves);
-  rec->cost = cost_of(info, args, {}, elapsed_ns);
-  rec->rng = std::move(rng);
-  rec->generator = std::move(generator);
-  target->steps.push_back(Step{rec, 0});
+  Node* target = targets.front();
+  pending->rec->cost = cost_locked(*pending, {}, elapsed_ns);
+  target->steps.push_back(Step{pending->rec, 0});
   ++target->version;
-  target->cost += rec->cost;
-  add_reader_locked(target, inputs, leaves);
+  target->cost += pending->rec->cost;
+  add_reader_locked(target, pending->inputs, pending->leaves);
   if (target->marked) target->marked = false;  // offered again below with its new cost
   mark_locked(target);
 }
@@ -325,13 +327,15 @@ void Registry::record_mutation_locked(const c10::OperatorHandle& op, const OpInf
 // --- writes ----------------------------------------------------------------------------------
 
 void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key) {
-  std::vector<Handle> readers;
+  c10::SmallVector<Handle, 4> readers;
   if (Node* node = by_key_locked(key)) {
-    readers.swap(node->readers);
+    if (node->readers.empty()) return;
+    readers.assign(node->readers.begin(), node->readers.end());
+    node->readers.clear();
   } else {
     auto it = leaf_readers_.find(key);
     if (it == leaf_readers_.end()) return;
-    readers.swap(it->second);
+    readers.assign(it->second.begin(), it->second.end());
     leaf_readers_.erase(it);
   }
   bool swept = false;
@@ -417,13 +421,59 @@ void Registry::forget_locked(Node* node) {
     auto it = by_key_.find(node->key);
     if (it != by_key_.end() && it->second == node) by_key_.erase(it);
   }
-  nodes_.erase(node->handle);  // releases `held`: the registry's own storage is freed
+  nodes_.destroy(node);  // releases `held`: the registry's own storage is freed
+}
+
+// Note [Noticing deaths]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A node's storage dies when the program and autograd drop their last tensor on it (Note
+// [Who holds a storage] in node.h); the registry is not told. But the storage's memory goes
+// back to the engine, and a block still marked evictable when its owner frees it is noted
+// there (Engine::take_freed_marked): its handle is a death, or a block the registry freed
+// itself, which the node's state tells apart. Each op reads a counter and, when it moved,
+// takes the handles and forgets the dead nodes no recorded op reads, then whatever only
+// they read, at once. That keeps lineage from holding what it no longer needs (the small
+// tensors recorded ops took as arguments) and spares walking every node to find the dead.
+// The handles are taken kDeathsPerDrain at a time (each take is a call under the engine's
+// lock), and all of them before anything is evicted.
+// Deaths the engine cannot see — a storage dropped while evicted, or while unmarked — wait
+// for the backstop sweep.
+void Registry::notice_deaths_locked(bool all) {
+  const engine_api::Api& api = engine_api::api();
+  const std::uint64_t count = api.freed_marked_count(engine_);
+  if (count == deaths_seen_ || (!all && count - deaths_seen_ < kDeathsPerDrain)) return;
+  deaths_seen_ = count;
+  c10::SmallVector<Handle, 16> work;
+  std::uint64_t buf[64];
+  int overflowed = 0;
+  for (std::size_t n; (n = api.take_freed_marked(engine_, buf, 64, &overflowed)) > 0;)
+    work.append(buf, buf + n);
+  if (overflowed) {
+    sweep_locked(/*tidy=*/false);
+    return;
+  }
+  release_dead_locked(work);
+}
+
+void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
+  while (!work.empty()) {
+    Node* node = find_locked(work.back());
+    work.pop_back();
+    if (!node || node->pins) continue;
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+    if (program_holds_locked(node) || has_readers_locked(node)) continue;
+    for (const Step& step : node->steps) {  // its inputs lose a reader: look at them again
+      for (const Ref& ref : step.rec->refs)
+        if (ref.node != node->handle) work.push_back(ref.node);
+    }
+    forget_locked(node);
+  }
 }
 
 void Registry::sweep_locked(bool tidy) {
   std::vector<Node*> order;
   order.reserve(nodes_.size());
-  for (auto& [h, node] : nodes_) order.push_back(node.get());
+  for (Node* node = nodes_.oldest(); node; node = node->newer) order.push_back(node);
   // Newest first: readers before their inputs, so a whole chain goes in one pass.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
@@ -447,13 +497,13 @@ void Registry::sweep_locked(bool tidy) {
                   readers.end());
     it = readers.empty() ? leaf_readers_.erase(it) : std::next(it);
   }
-  for (auto& [h, node] : nodes_) {
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
     auto& readers = node->readers;
     readers.erase(std::remove_if(readers.begin(), readers.end(),
-                                 [&](Handle r) { return nodes_.find(r) == nodes_.end(); }),
+                                 [&](Handle r) { return nodes_.find(r) == nullptr; }),
                   readers.end());
   }
-  next_sweep_ = counters_.ops + std::max<std::int64_t>(256, 2 * static_cast<std::int64_t>(nodes_.size()));
+  next_sweep_ = counters_.ops + std::max<std::int64_t>(kSweepEvery, 8 * static_cast<std::int64_t>(nodes_.size()));
 }
 
 // --- inspection ------------------------------------------------------------------------------
@@ -461,8 +511,8 @@ void Registry::sweep_locked(bool tidy) {
 std::string Registry::stats_json() {
   Lock lock(mu_);
   std::int64_t resident = 0, evicted_bytes = 0, swapped_bytes = 0;
-  for (auto& [h, node] : nodes_) {
-    if (!node->dead && node->weak.expired()) mark_dead_locked(node.get());
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
     if (!node->evicted) ++resident;
     if (node->evicted) evicted_bytes += static_cast<std::int64_t>(node->nbytes);
     if (node->evicted && node->clean) swapped_bytes += static_cast<std::int64_t>(node->nbytes);
@@ -498,7 +548,7 @@ std::vector<Handle> Registry::handles() {
   Lock lock(mu_);
   std::vector<Handle> out;
   out.reserve(nodes_.size());
-  for (auto& [h, node] : nodes_) out.push_back(h);
+  for (Node* node = nodes_.oldest(); node; node = node->newer) out.push_back(node->handle);
   return out;
 }
 
@@ -535,10 +585,9 @@ void Registry::set_copy_bandwidth(double bytes_per_s) {
 
 std::string Registry::check_invariants() {
   Lock lock(mu_);
-  for (auto& [h, owned] : nodes_) {
-    Node* node = owned.get();
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
     char where[64];
-    std::snprintf(where, sizeof where, "node %" PRIu64 ": ", h);
+    std::snprintf(where, sizeof where, "node %" PRIu64 ": ", node->handle);
     // A storage the program dropped since the last look: its death is noticed lazily.
     if (!node->dead && node->weak.expired()) mark_dead_locked(node);
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();

@@ -33,6 +33,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -44,7 +48,9 @@
 
 #include "engine_api.h"
 #include "node.h"
+#include "node_table.h"
 #include "op_info.h"
+#include "recording_pool.h"
 
 namespace pyalloc::registry {
 
@@ -95,6 +101,10 @@ struct NodeInfo {
   std::int32_t readers;
   std::uint8_t evicted, dead, frozen, fixed, clean, marked;
 };
+
+// The nodes an op or a replay works on (few: an op's inputs).
+using NodeList = c10::SmallVector<Node*, 4>;
+using KeyList = c10::SmallVector<const c10::StorageImpl*, 4>;
 
 class Registry {
  public:
@@ -153,7 +163,7 @@ class Registry {
       registry_.unpin_all_locked(nodes);
       nodes.clear();
     }
-    std::vector<Node*> nodes;
+    NodeList nodes;
 
    private:
     Registry& registry_;
@@ -162,25 +172,31 @@ class Registry {
   // --- registry.cpp: nodes and their lineage ---
   Node* find_locked(Handle handle);
   Node* by_key_locked(const c10::StorageImpl* key);
-  void record_creation_locked(const c10::OperatorHandle& op, const OpInfo& info,
-                              const std::vector<c10::IValue>& args,
-                              std::vector<const c10::StorageImpl*>& read_keys,
-                              c10::ArrayRef<c10::IValue> outputs, std::optional<at::Generator> rng,
-                              std::optional<at::Generator> generator, std::int64_t elapsed_ns);
-  void record_mutation_locked(const c10::OperatorHandle& op, const OpInfo& info,
-                              const std::vector<c10::IValue>& args,
-                              const std::vector<Node*>& targets, bool replayable,
-                              std::optional<at::Generator> rng,
-                              std::optional<at::Generator> generator, std::int64_t elapsed_ns);
-  std::shared_ptr<Recording> make_recording_locked(const c10::OperatorHandle& op,
-                                                   const OpInfo& info,
-                                                   const std::vector<c10::IValue>& args,
-                                                   std::vector<Node*>* inputs,
-                                                   std::vector<const c10::StorageImpl*>* leaves);
-  void add_reader_locked(Node* reader, const std::vector<Node*>& inputs,
-                         const std::vector<const c10::StorageImpl*>& leaves);
-  double cost_of(const OpInfo& info, const std::vector<c10::IValue>& args,
-                 const std::vector<at::Tensor>& outputs, std::int64_t elapsed_ns) const;
+  // An op's recording, made from its arguments before it runs (the stack is its results
+  // after): the converted arguments, the nodes and other storages they read, and the
+  // inputs' part of the cost.
+  struct Pending {
+    std::shared_ptr<Recording> rec;
+    NodeList inputs;
+    KeyList leaves;
+    double in_bytes = 0;
+    double flops_per_output = 0;  // per element of the first result (the "model" cost)
+  };
+  void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
+                      c10::ArrayRef<c10::IValue> args, Pending* pending);
+  // New storages among `outputs` become nodes made by `pending`'s op.
+  void record_creation_locked(Pending& pending, KeyList& read_keys,
+                              c10::ArrayRef<c10::IValue> outputs, std::int64_t elapsed_ns);
+  // Whether an op writing `targets` can extend the chain of the one it writes (else they
+  // are frozen).
+  bool extends_chain_locked(c10::ArrayRef<Node*> targets, bool replayable) const;
+  // `targets` were written: a step of the chain (`pending`), or frozen (null).
+  void record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> targets,
+                              std::int64_t elapsed_ns);
+  void add_reader_locked(Node* reader, c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
+  // The cost of bringing back a storage `pending`'s op made (Settings::cost's unit).
+  double cost_locked(const Pending& pending, c10::ArrayRef<const at::Tensor*> outputs,
+                     std::int64_t elapsed_ns) const;
   // The storage `key` is about to be written: what was recorded from its contents is
   // restored (while it still can be) and frozen.
   void invalidate_readers(Lock& lock, const c10::StorageImpl* key);
@@ -192,12 +208,22 @@ class Registry {
   // storage]).
   void mark_dead_locked(Node* node);
   void forget_locked(Node* node);
-  // Forgets nodes nothing needs and evicts those only lineage needs; every few hundred ops
-  // and whenever the engine asks for memory.
+  // The engine noted storages that died (See Note [Noticing deaths] in registry.cpp):
+  // forgets those no recorded op needs, and what only they needed.
+  // `all`: take every death noted so far (else only once enough have gathered).
+  void notice_deaths_locked(bool all);
+  // Forgets the nodes of `work` (handles) that nothing needs any more, and then whatever
+  // only they read.
+  void release_dead_locked(c10::SmallVectorImpl<Handle>& work);
+  // Looks at every node: forgets those nothing needs and evicts those only lineage needs.
+  // The backstop of notice_deaths_locked(), every few thousand ops and whenever the engine
+  // asks for memory.
   void sweep_locked(bool tidy);
 
   // --- evict.cpp: marks and eviction ---
   void mark_locked(Node* node);
+  // The engine's clock ticks on each mark and touch: see Note [Touches].
+  void touch_locked(Node* node);
   void unmark_locked(Node* node);
   double eviction_cost_locked(const Node* node) const;
   enum class Route { kNone, kFree, kSwap, kDrop };
@@ -210,8 +236,8 @@ class Registry {
 
   // --- restore.cpp: bringing storages back ---
   // Pins `nodes` with every one resident; see the definition for the order.
-  void pin_all(Lock& lock, const std::vector<Node*>& nodes);
-  void unpin_all_locked(const std::vector<Node*>& nodes);
+  void pin_all(Lock& lock, c10::ArrayRef<Node*> nodes);
+  void unpin_all_locked(c10::ArrayRef<Node*> nodes);
   void restore(Lock& lock, Node* node);  // the caller pinned it
   void restore_now(Lock& lock, Node* node);
   // Replays one recorded op; `target` is the node an in-place step rebuilds. Returns its
@@ -244,15 +270,17 @@ class Registry {
   bool can_swap_ = false;                       // policy swap or hybrid
   bool can_relocate_ = false;                   // nodes without lineage may leave (host pool)
   double copy_bw_ = 0;                          // bytes/s of one swap copy
-  std::map<Handle, std::unique_ptr<Node>> nodes_;  // guarded by mu_; by creation order
-  std::unordered_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
+  NodeTable nodes_;  // guarded by mu_
+  BlockPool recordings_;  // guarded by mu_ (See recording_pool.h)
+  ska::flat_hash_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
-  std::unordered_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
-  Handle next_handle_ = 1;                      // guarded by mu_
-  std::int64_t next_sweep_ = 256;               // guarded by mu_; in ops
+  ska::flat_hash_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
+  std::int64_t next_sweep_ = 0;                 // guarded by mu_; in ops
+  std::uint64_t deaths_seen_ = 0;               // guarded by mu_; freed_marked_count read
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
+  std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
   std::uint64_t owner_thread_ = 0;              // the thread that started it
   std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
   // Swap/hybrid: what the previous iteration did, by creation ordinal.

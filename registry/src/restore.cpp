@@ -1,4 +1,5 @@
 // restore.cpp — bringing evicted storages back: replaying lineage, pinning what a user needs.
+#include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -46,6 +47,14 @@ std::vector<at::Tensor> tensors_of(const torch::jit::Stack& stack) {
   return out;
 }
 
+// A Python number as PyTorch passes it to an op: a 0-dim CPU tensor marked as wrapped (so
+// type promotion treats it as a number).
+at::Tensor wrap_number(const c10::Scalar& number) {
+  at::Tensor t = at::scalar_to_tensor(number);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 // A copy of argument `value` with every tensor cloned (an argument a replay must not write).
 c10::IValue cloned(const c10::IValue& value) {
   if (value.isTensor()) return value.toTensor().defined() ? value.toTensor().clone() : value;
@@ -60,7 +69,7 @@ c10::IValue cloned(const c10::IValue& value) {
 
 }  // namespace
 
-void Registry::unpin_all_locked(const std::vector<Node*>& nodes) {
+void Registry::unpin_all_locked(c10::ArrayRef<Node*> nodes) {
   for (Node* node : nodes) unpin_locked(node);
 }
 
@@ -69,7 +78,7 @@ void Registry::unpin_all_locked(const std::vector<Node*>& nodes) {
 // first would hold every resident input along a recursive recompute (each level's dropout
 // mask, say) at once, which is exactly the memory that is short. A restore may evict a
 // node restored just before, so this repeats; after a few rounds it pins first.
-void Registry::pin_all(Lock& lock, const std::vector<Node*>& nodes) {
+void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
   for (int round = 0; round < 3; ++round) {
     for (Node* node : nodes) {
       if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
@@ -83,7 +92,7 @@ void Registry::pin_all(Lock& lock, const std::vector<Node*>& nodes) {
       return;
     }
   }
-  std::vector<Node*> pinned;
+  NodeList pinned;
   try {
     for (Node* node : nodes) {
       if (!node->evicted) {
@@ -125,7 +134,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   const Recording& rec = *step.rec;
   const Handle target_handle = target ? target->handle : 0;
   PinScope inputs(*this);
-  std::vector<Node*> needed;
+  NodeList needed;
   for (const Ref& ref : rec.refs) {
     if (ref.node == target_handle) continue;
     Node* node = find_locked(ref.node);
@@ -141,7 +150,8 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   inputs.nodes = needed;
   // The arguments, with each Ref rebuilt as a tensor on its (now resident) storage. Lists
   // are copied before an element is set: the recording's lists are shared.
-  torch::jit::Stack stack = rec.args;
+  torch::jit::Stack stack(rec.args.begin(), rec.args.end());
+  for (std::uint16_t arg : rec.wrapped) stack[arg] = wrap_number(stack[arg].toScalar());
   std::vector<std::uint16_t> copied;
   for (const Ref& ref : rec.refs) {
     Node* node = ref.node == target_handle ? target : find_locked(ref.node);
@@ -167,7 +177,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   // Arguments the op writes, other than the storage being rebuilt, are written on copies:
   // a replay never writes (say) batch norm's running statistics a second time.
   std::vector<std::uint16_t> to_clone;
-  for (std::uint16_t pos : rec.written) {
+  for (std::uint16_t pos : *rec.written) {
     const bool rebuilds_target = std::any_of(rec.refs.begin(), rec.refs.end(), [&](const Ref& r) {
       return r.arg == pos && r.node == target_handle && target_handle != 0;
     });
@@ -224,7 +234,7 @@ void Registry::restore(Lock& lock, Node* node) {
               node->frozen ? ", frozen" : "", node->dead ? ", dead" : "",
               node->held ? ", held" : "", "). This is a registry bug; please report it.");
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<Step> steps = node->steps;  // the node may gain steps while unlocked
+  const c10::SmallVector<Step, 1> steps = node->steps;  // the node may gain steps while unlocked
   {
     std::vector<at::Tensor> out = replay(lock, steps.front(), nullptr);
     TORCH_CHECK(steps.front().output < out.size() && out[steps.front().output].defined(),
@@ -254,7 +264,7 @@ std::string Registry::restore_all() {
   Lock lock(mu_);
   if (!active_.load()) return "";
   std::vector<Handle> order;
-  for (auto& [h, node] : nodes_) order.push_back(h);
+  for (Node* node = nodes_.oldest(); node; node = node->newer) order.push_back(node->handle);
   try {
     for (Handle h : order) {  // oldest first: each chain is rebuilt front to back
       Node* node = find_locked(h);

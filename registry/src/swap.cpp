@@ -125,8 +125,7 @@ void Registry::drop_copy_locked(Node* node) {
 // bytes are freed; true if any was released.
 bool Registry::shed_copies_locked(std::size_t needed) {
   std::size_t freed = 0;
-  for (auto& [h, owned] : nodes_) {
-    Node* node = owned.get();
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
     if (!node->slot || node->evicted || node->arriving) continue;
     freed += node->nbytes;
     drop_copy_locked(node);
