@@ -115,6 +115,13 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         )
     text = build_options(budget, options)
     resolved = _resolve_device(device)
+    chosen = effective(text)
+    if chosen["policy"] != "none":
+        from . import registry
+
+        # Before anything is installed: a dispatch key another library holds (torchdistx)
+        # is an error that leaves the process as it was.
+        registry.claim_dispatch_key()
     if resolved == "cuda":
         _install_cuda(text)
         if patch_torch:
@@ -124,7 +131,6 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     else:
         _install_cpu(text)
     _installed_device = resolved
-    chosen = effective(text)
     from . import lifetime
 
     lifetime.arm()   # the model built from here on, and optimizer state, are long-lived

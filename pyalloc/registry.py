@@ -152,8 +152,7 @@ class Registry:
     # --- life -----------------------------------------------------------------------------
     def _start(self) -> None:
         shim = _torch_shim.load()
-        if shim.pyalloc_registry_register() != 0:
-            raise RuntimeError(_torch_shim.last_error())
+        claim_dispatch_key()
         device = torch.cuda.current_device() if _installed_device() == "cuda" else -1
         if shim.pyalloc_registry_start(
                 self.engine.handle, POLICIES.index(self.policy), _COSTS.index(self.cost_model),
@@ -265,6 +264,20 @@ class Registry:
         finally:
             found.update(json.loads(_torch_shim.take_string(shim.pyalloc_registry_floor_json())))
             shim.pyalloc_registry_set_floor_probe(0)
+
+
+def claim_dispatch_key() -> None:
+    """Registers the registry's per-op path on its dispatch key (once per process).
+
+    Raises
+    ------
+    RuntimeError
+        Another library already holds the key (torchdistx's ``deferred_init`` does); the
+        message names where it was registered and what to do. Nothing is changed.
+    """
+    shim = _torch_shim.load()
+    if shim.pyalloc_registry_register() != 0:
+        raise RuntimeError(_torch_shim.last_error())
 
 
 def _installed_device() -> Optional[str]:

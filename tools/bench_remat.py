@@ -24,11 +24,14 @@ Figures, all against the baseline's peak reserved bytes P at the task's default 
   for larger batches) counts as not training: thrashing is not a usable setting.
 
   op overhead the registry's cost per aten op, in the same process: on a chain of cheap ops
-              whose every output is recorded (the worst case: each op also makes a node, is
-              watched, and its output evicted eagerly when the next op drops it), forward and
-              backward, registry on vs off; beside it, what a dispatch mode that does nothing
-              but call the op costs on the same chain (the floor of any Python registry); and
-              the ratio of the model's unconstrained step time with the registry on and off
+              whose every output is recorded (the worst case: each op also makes a node, and
+              the node outlives its storage as lineage until the chain ends), forward and
+              backward, registry on vs off, the median over 300 interleaved pairs; beside it,
+              what a Python dispatch mode that does nothing but call the op costs on the same
+              chain; and the ratio of the model's unconstrained step time with the registry
+              on and off
+  syncs/maps  at 0.5 P, per step after the warm-up steps: device-wide synchronizations and
+              segment maps plus unmaps (a policy in steady state should make neither)
 
     python tools/bench_remat.py                         # simulated device: mlp, cnn, transformer
     python tools/bench_remat.py --device cuda --tasks cnn transformer resnet50 gpt2
@@ -124,6 +127,7 @@ class Worker:
         rc0 = reg.recomputes if reg else 0
         model = opt = x = y = loss = None
         times: List[float] = []
+        settled = before
         signal.signal(signal.SIGALRM, _too_slow)
         # Repeats each second: a TooSlow raised inside the eviction callback is contained
         # there (nothing may cross into C++), so the next one must land elsewhere.
@@ -134,6 +138,8 @@ class Worker:
             x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
             x, y = x.to(self.dev), y.to(self.dev)
             for step in range(steps):
+                if step == warmup:
+                    settled = engine.stats()   # the pool's shape is settled from here on
                 self.sync()
                 start = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
@@ -155,7 +161,14 @@ class Worker:
             return None
         after = engine.stats()
         timed = times[warmup:] or times
+        settled_steps = max(1, steps - warmup)
         return {
+            # after the warm-up steps: what the policy costs in steady state
+            "syncs_per_step": (after["num_sync_all_streams"] - settled["num_sync_all_streams"])
+            / settled_steps,
+            "maps_per_step": (after["num_segment_maps"] + after["num_segment_unmaps"]
+                              - settled["num_segment_maps"] - settled["num_segment_unmaps"])
+            / settled_steps,
             "step_s": statistics.median(timed),
             "peak_reserved": after["reserved_bytes.all.peak"],
             "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
@@ -191,17 +204,14 @@ class Worker:
         x = torch.randn(16384, device=self.dev, requires_grad=True)   # 64 KiB: recorded
 
         def chain() -> float:
-            best = float("inf")
-            for _ in range(20):
-                self.sync()
-                start = time.perf_counter()
-                y = x
-                for _ in range(100):
-                    y = y * 1.0001
-                y.sum().backward()
-                self.sync()
-                best = min(best, time.perf_counter() - start)
-            return best
+            self.sync()
+            start = time.perf_counter()
+            y = x
+            for _ in range(100):
+                y = y * 1.0001
+            y.sum().backward()
+            self.sync()
+            return time.perf_counter() - start
 
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -216,14 +226,30 @@ class Worker:
             with Bare():
                 return chain()
 
-        chain()   # warm-up
+        # Paired: each run of the chain with the registry beside one without it and one
+        # under a bare Python mode, the median of the differences over many pairs (this
+        # cancels the slow drift of a shared machine, which the best of a few runs does not).
+        for _ in range(10):
+            chain()
         n0 = reg.ops
-        with_reg = chain()
-        chain_ops = (reg.ops - n0) / 20
-        plain = without_registry(chain)
-        bare = without_registry(bare_chain)
-        return {"us_per_op": (with_reg - plain) / chain_ops * 1e6, "chain_ops": chain_ops,
-                "bare_mode_us_per_op": (bare - plain) / chain_ops * 1e6,
+        plain_t, reg_d, bare_d = [], [], []
+        pairs = 300
+        for _ in range(pairs):
+            with reg.paused():
+                p = chain()
+                b = bare_chain()
+            q = chain()
+            plain_t.append(p)
+            reg_d.append(q - p)
+            bare_d.append(b - p)
+        chain_ops = (reg.ops - n0) / pairs
+        quartiles = statistics.quantiles(reg_d, n=4)
+        return {"us_per_op": statistics.median(reg_d) / chain_ops * 1e6,
+                "us_per_op_quartiles": [quartiles[0] / chain_ops * 1e6,
+                                        quartiles[2] / chain_ops * 1e6],
+                "chain_ops": chain_ops,
+                "plain_us_per_op": statistics.median(plain_t) / chain_ops * 1e6,
+                "bare_mode_us_per_op": statistics.median(bare_d) / chain_ops * 1e6,
                 "ops_per_step": ops, "step_on_s": min(on), "step_off_s": min(off)}
 
     def floor(self, capacity: int, steps: int = 3) -> Dict[str, Any]:
@@ -340,7 +366,7 @@ def _ratio(a: Optional[Dict[str, Any]], base: Optional[Dict[str, Any]]) -> str:
 
 def table(results: List[Dict[str, Any]]) -> str:
     rows = ["| model | config | min budget (of peak) | step time @0.9 | @0.5 | max batch @peak "
-            "(x baseline) | evictions/recomputes per step @0.5 | registry: per recorded op; step with/without |",
+            "(x baseline) | per step @0.5 after warm-up: evictions / recomputes / syncs / maps+unmaps | registry: added per op; step with/without |",
             "|---|---|---|---|---|---|---|---|"]
     by_task: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for r in results:
@@ -365,14 +391,16 @@ def table(results: List[Dict[str, Any]]) -> str:
                             f"droppable |" if mb else f"| {task} | floor | — |||||||")
                 continue
             at5 = r.get("at_0.5")
-            per_step = (f"{at5['evictions_per_step']:.0f} / {at5['recomputes_per_step']:.0f}"
+            per_step = (f"{at5['evictions_per_step']:.0f} / {at5['recomputes_per_step']:.0f} / "
+                        f"{at5.get('syncs_per_step', 0):.1f} / {at5.get('maps_per_step', 0):.1f}"
                         if at5 else "—")
             overhead = "—"
             o = r.get("overhead")
             if o:
-                bare = (f" (a bare dispatch mode: {o['bare_mode_us_per_op']:.1f} µs)"
+                bare = (f" (a bare Python mode: {o['bare_mode_us_per_op']:.1f} µs; the op "
+                        f"alone {o.get('plain_us_per_op', 0):.1f} µs)"
                         if "bare_mode_us_per_op" in o else "")
-                overhead = (f"{o['us_per_op']:.1f} µs{bare}; step "
+                overhead = (f"{o['us_per_op']:.2f} µs{bare}; step "
                             f"{o['step_on_s'] / o['step_off_s']:.2f}x ({o['ops_per_step']:.0f} ops)")
             batch = r.get("max_batch") or 0
             capped = "≥" if batch >= 8 * r.get("batch", 1) else ""

@@ -103,8 +103,26 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   constexpr int kMaxCompactions = 4;
   int compactions = 0;
   for (int round = 0;; ++round) {
-    bool taken = false;
-    if (Block* block = climb_locked(rounded, size, stream, kind, long_lived, &taken)) {
+    bool taken = false, fenced = false;
+    Block* block = find_or_grow_locked(rounded, size, stream, kind, long_lived, &taken, &fenced);
+    // Rung 3c, evict in place (See Note [Evicting in place] in reclaim.cpp): before the
+    // rungs that map and unmap. A thread that may not evict (a prefetch) skips it.
+    if (!block && evicts_in_place()) block = find_elsewhere_locked(rounded, stream, kind, long_lived);
+    if (!block && t_may_evict && evicts_in_place() && round < kMaxEvictRounds) {
+      std::vector<std::uint64_t> victims = plan_in_place_locked(rounded, stream, kind);
+      if (!victims.empty()) {
+        EvictCallback callback = evict_callback_;
+        void* context = evict_context_;
+        ++evicting_;
+        lock.unlock();
+        callback(context, victims.data(), victims.size());
+        lock.lock();
+        --evicting_;
+        continue;
+      }
+    }
+    if (!block) block = reclaim_cache_locked(rounded, size, stream, kind, long_lived, &taken, fenced);
+    if (block) {
       if (!taken) {
         // A block that is a whole small segment (empty or new) gives the segment the
         // request's lifetime class (Note [Lifetime classes] in pool.h).

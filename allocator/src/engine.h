@@ -178,12 +178,26 @@ class Engine {
 
  private:
   // --- the reclaim ladder (reclaim.cpp) ---
-  // Rungs 1-4 (cached, grow, fence, release); nullptr if none served the request.
-  // A block for the request: free (the caller takes it), or, with *taken set, a stitched
-  // block already handed out.
-  // `long_lived`: the request's lifetime class (Note [Lifetime classes] in pool.h).
-  Block* climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
-                      bool long_lived, bool* taken);
+  // Each returns a block for the request, or nullptr: free (the caller takes it), or, with
+  // *taken set, a stitched block already handed out. `long_lived`: the request's lifetime
+  // class (Note [Lifetime classes] in pool.h).
+  // Rungs 1-3 (cached, stitch first, grow, fence); *fenced: the fence waited for something.
+  Block* find_or_grow_locked(std::size_t rounded, std::size_t size, StreamId stream,
+                             PoolKind kind, bool long_lived, bool* taken, bool* fenced);
+  // Rungs 3b-4b (stitch what is cached, release, a long-lived request's any hole, borrow).
+  Block* reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
+                              PoolKind kind, bool long_lived, bool* taken, bool fenced);
+  // Rungs 4a and 4b: free memory of another class or pool (no mapping, no eviction).
+  Block* find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
+                               bool long_lived);
+  // Rung 3c (Note [Evicting in place] in reclaim.cpp): victims inside one segment that
+  // then holds the request; empty when none would.
+  std::vector<std::uint64_t> plan_in_place_locked(std::size_t rounded, StreamId stream,
+                                                  PoolKind kind);
+  // Whether rung 3c runs for requests of pool `kind`.
+  bool evicts_in_place() const {
+    return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow;
+  }
   // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
   std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                   PoolKind kind);

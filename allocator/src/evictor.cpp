@@ -224,7 +224,23 @@ EvictPlan plan_chunks(const Pool& pool, std::size_t needed, std::size_t headroom
   return plan;
 }
 
+// A small request may also borrow a piece of a large-pool free block (the engine's borrow
+// rung): a window there is often far cheaper than a whole segment to give back. Seen on
+// the UNet at 39% of its peak: a 1 MiB request, 20 MiB evictable in the one large segment
+// (split by borrowed blocks, so not whole), the small segments full of what cannot go: an
+// OOM, where 35% of the peak trained, with another layout.
+EvictPlan plan_borrow(const Pool& pool, std::size_t rounded, StreamId stream, std::uint64_t clock) {
+  return plan_window(pool, rounded, PoolKind::kLarge, stream, clock);
+}
+
 }  // namespace
+
+EvictPlan plan_in_place(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
+                        std::uint64_t clock) {
+  EvictPlan plan = plan_window(pool, rounded, kind, stream, clock);
+  if (plan.victims.empty() && kind == PoolKind::kSmall) return plan_borrow(pool, rounded, stream, clock);
+  return plan;
+}
 
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,
                         PoolKind kind, StreamId stream, std::uint64_t clock,
@@ -237,13 +253,7 @@ EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t ro
       if (!plan.victims.empty()) return plan;
       plan = plan_segments(pool, round_up(rounded, granularity), headroom, clock);
       if (kind == PoolKind::kSmall) {
-        // A small request may also borrow a piece of a large-pool free block (the
-        // engine's borrow rung): a window there is often far cheaper than a whole segment
-        // to give back. Seen on the UNet at 39% of its peak: a 1 MiB request, 20 MiB
-        // evictable in the one large segment (split by borrowed blocks, so not whole),
-        // the small segments full of what cannot go: an OOM, where 35% of the peak
-        // trained, with another layout.
-        EvictPlan borrow = plan_window(pool, rounded, PoolKind::kLarge, stream, clock);
+        EvictPlan borrow = plan_borrow(pool, rounded, stream, clock);
         if (!borrow.victims.empty() && (plan.victims.empty() || borrow.cost < plan.cost)) {
           return borrow;
         }

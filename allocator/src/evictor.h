@@ -47,6 +47,12 @@ EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t ro
                         PoolKind kind, StreamId stream, std::uint64_t clock,
                         std::size_t headroom, std::size_t granularity, bool stitch);
 
+// The window strategy's first answer alone: the cheapest window inside one segment of the
+// request's pool (for a small request, or of a large-pool block it may borrow from) that
+// then holds it. Empty when no segment would (Note [Evicting in place] in reclaim.cpp).
+EvictPlan plan_in_place(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
+                        std::uint64_t clock);
+
 // Victims totalling at least `bytes`, cheapest by DTR's heuristic (proactive eviction).
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock);
 

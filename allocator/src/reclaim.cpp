@@ -8,6 +8,10 @@
 //                 expandable: grow the large pool's one segment at its end instead).
 //   3. fence      wait for other streams' outstanding work, then reuse their cached
 //                 blocks (num_stream_fences). See Note [Stream tags] in block.h.
+//      in place   under a registry with the window strategy: first the free memory rungs
+//                 4a and 4b below need no mapping either; then evict the cheapest window
+//                 of evictable and free blocks inside a segment that then holds the
+//                 request, and climb again. See Note [Evicting in place].
 //      stitch     if free 2 MiB chunks of the cached segments cover a large request, map
 //                 them into one new range rather than release and map again (option
 //                 stitch; under a registry only; with stitch_first this runs before
@@ -37,6 +41,21 @@
 // pool may have changed in between (other threads, the frees themselves), and nothing
 // decided before the call is trusted after it. Lock order: GIL, then engine.
 //
+// Note [Evicting in place]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Under a registry the budget is full all the time, so every request that the cache cannot
+// hold would reach the rungs that change the pool's mappings: stitching maps a new range,
+// release synchronizes the device and unmaps whole free segments, and the grow rung maps
+// them again. Done every step, that is device-wide synchronizations and segment maps on
+// the steady-state path (on an H100, 3-4 syncs and 9-11 maps a ResNet-50 step under
+// recompute). Evicting a window inside a segment that already exists costs a recompute
+// later, and no mapping: so with the window strategy it comes first — after the rungs that
+// use free memory without mapping (a long-lived request's any hole, a small request's
+// borrow), since free memory beats a recompute — and the mapping rungs run only when no
+// segment can hold the request (the first steps, while the pool takes its shape, or a
+// request larger than any segment). dtr and dte keep their order: their victims are
+// chosen by score, not by place.
+//
 // Swapping is not a rung of its own: the registry decides, per victim, whether to swap it
 // out or drop it (swap.cpp), and either way the victim's free comes back through rung 5.
 // Stitching runs after 3 and again between 4 and 5.
@@ -52,17 +71,10 @@ std::size_t Engine::headroom_locked() const {
   return budget_ > reserved ? budget_ - reserved : 0;
 }
 
-Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stream, PoolKind kind,
-                            bool long_lived, bool* taken) {
+Block* Engine::find_or_grow_locked(std::size_t rounded, std::size_t size, StreamId stream,
+                                  PoolKind kind, bool long_lived, bool* taken, bool* fenced) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
-  const bool stitchable = stitches(kind);
-  // From cached chunks only; a stitched block is handed out already (*taken).
-  auto stitch_cached = [&](std::size_t map_rest_from = kNeverMapRest) -> Block* {
-    Block* stitched = stitch_locked(rounded, size, stream, map_rest_from);
-    *taken = stitched != nullptr;
-    return stitched;
-  };
   Block* block = find_cached_locked(rounded, stream, kind, long_lived);
   // Rung 1b, stitch first: free chunks already cached cover the request, so mapping more
   // memory would only grow the pool around its own holes. Where they cover part of it, and
@@ -73,12 +85,20 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   // that the saving is too small for a stitch that recurs every step: on the MLP's and the
   // transformer's traces mapping any shortfall stitched 37 and 29 times in 3 steps, against 0
   // and 3, and saved nothing at their peaks.
-  if (!block && stitchable && options_.stitch_first && (block = stitch_cached(kLargeSegment)))
-    return block;
+  if (!block && stitches(kind) && options_.stitch_first) {
+    block = stitch_locked(rounded, size, stream, kLargeSegment);
+    *taken = block != nullptr;
+    if (block) return block;
+  }
   if (!block) block = grow_locked(rounded, kind, stream);
-  bool fenced = false;
-  if (!block && (fenced = fence_streams_locked(stream)))
+  if (!block && (*fenced = fence_streams_locked(stream)))
     block = find_cached_locked(rounded, stream, kind, long_lived);
+  return block;
+}
+
+Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
+                                    PoolKind kind, bool long_lived, bool* taken, bool fenced) {
+  Block* block = nullptr;
   // Rung 3b, under a registry: stitch from what is cached, before releasing it. The
   // release rung waits for the whole device and unmaps free segments, which eviction
   // rounds then make the engine map again (on CUDA, a cuMemCreate per chunk): on an
@@ -88,16 +108,23 @@ Block* Engine::climb_locked(std::size_t rounded, std::size_t size, StreamId stre
   // keeps pieces of many segments busy, so none is wholly free to give the small pool
   // (replaying the transformer's trace at 1.02x its peak, 4 requests failed that release
   // first serves). Rung 1b already tried the same chunks unless the fence freed more.
-  if (!block && stitchable && evict_callback_ && (!options_.stitch_first || fenced) &&
-      (block = stitch_cached()))
-    return block;
-  if (!block) {
-    ++pool_.stats().num_alloc_retries;
-    if (release_cached_locked()) block = grow_locked(rounded, kind, stream);
+  if (stitches(kind) && evict_callback_ && (!options_.stitch_first || fenced)) {
+    block = stitch_locked(rounded, size, stream, kNeverMapRest);
+    *taken = block != nullptr;
+    if (block) return block;
   }
+  ++pool_.stats().num_alloc_retries;
+  if (release_cached_locked()) block = grow_locked(rounded, kind, stream);
+  if (!block) block = find_elsewhere_locked(rounded, stream, kind, long_lived);
+  return block;
+}
+
+Block* Engine::find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
+                                     bool long_lived) {
+  Block* block = nullptr;
   // Rung 4a: a long-lived request with no room of its class left takes any hole rather
   // than fail: lifetime classes place blocks, they never refuse memory that is there.
-  if (!block && long_lived) block = find_cached_locked(rounded, stream, kind, /*long_lived=*/false);
+  if (long_lived) block = find_cached_locked(rounded, stream, kind, /*long_lived=*/false);
   if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
     // only memory left, and small requests never look there. Take a piece of one rather
@@ -131,6 +158,13 @@ std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, Str
   if (!evict_callback_) return {};
   EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
                                  headroom_locked(), backend_->granularity(), stitches(kind));
+  if (plan.victims.empty()) return {};
+  return take_victims_locked(plan, /*proactive=*/false);
+}
+
+std::vector<std::uint64_t> Engine::plan_in_place_locked(std::size_t rounded, StreamId stream,
+                                                         PoolKind kind) {
+  EvictPlan plan = plan_in_place(pool_, rounded, kind, stream, clock_);
   if (plan.victims.empty()) return {};
   return take_victims_locked(plan, /*proactive=*/false);
 }

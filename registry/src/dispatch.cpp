@@ -45,6 +45,7 @@ constexpr c10::DispatchKeySet kWrapperKeys({
 
 void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
   c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
+  BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
   op.redispatchBoxed(below, stack);
 }
 
@@ -52,7 +53,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
   const c10::DispatchKeySet below =
       ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRegistryKey);
   Registry& reg = registry();
-  if (!reg.active()) return pass_through(op, below, stack);
+  if (!reg.active() || below_registry_depth() > 0) return pass_through(op, below, stack);
   const OpInfo& info = op_info(op);
   if (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
       (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA))) {
@@ -145,6 +146,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Whether the op may make an activation (what else decides is looked at below).
   const bool may_create = requires_grad && at::GradMode::is_enabled();
 
+  // Both outlive the lock: See Note [Releasing outside the lock] in registry.h.
+  Burial burial(*this);
+  std::optional<Pending> pending;
   Lock lock(mu_);
   if (!active_.load(std::memory_order_relaxed)) {
     lock.unlock();
@@ -212,7 +216,6 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool writes_node = !targets.empty();
   const bool creates = replayable && !writes_node && may_create && !info.aliases_only;
   const bool extends = writes_node && extends_chain_locked(targets, replayable);
-  std::optional<Pending> pending;
   if (creates || extends) {
     pending.emplace();
     prepare_locked(op, info, arguments, &*pending);
@@ -237,6 +240,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   {
     Unlocked unlocked(lock);
     c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
+    BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
     if (settings_.cost == CostModel::kTime) {
       const std::int64_t start = now_ns();
       op.redispatchBoxed(ks, stack);

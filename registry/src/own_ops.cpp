@@ -16,6 +16,16 @@ at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::S
   return t;
 }
 
+at::Tensor detached_alias(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  at::Tensor alias = tensor_on(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+                                   impl->unsafe_storage().unsafeGetStorageImpl()),
+                               t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
+  alias.unsafeGetTensorImpl()->_set_conj(impl->is_conj());
+  alias.unsafeGetTensorImpl()->_set_neg(impl->is_neg());
+  return alias;
+}
+
 void copy_bytes(const c10::intrusive_ptr<c10::StorageImpl>& dst,
                 const c10::intrusive_ptr<c10::StorageImpl>& src, std::size_t nbytes) {
   const std::int64_t n = static_cast<std::int64_t>(nbytes);

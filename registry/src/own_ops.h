@@ -13,6 +13,29 @@ namespace pyalloc::registry {
 // The dispatch key the registry's fallback is registered on (dispatch.cpp).
 constexpr c10::DispatchKey kRegistryKey = c10::DispatchKey::DeferredInit;
 
+// Note [Re-entry through Python modes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Python dispatch mode (TorchDispatchMode) runs below the registry's key, but PyTorch
+// runs it under the thread-local dispatch state it saved when the op first entered the
+// dispatcher (DispatchKey::PythonTLSSnapshot, above the registry's key), when the key was
+// still included and not yet excluded. So the ops a mode calls come back to the fallback
+// although the registry excluded its key around the op: they would be recorded a second
+// time, and one the registry runs while it holds its mutex (a copy into a storage) would
+// deadlock on it. A thread-local depth, which no saved dispatch state restores, marks
+// "below the registry": the fallback passes such ops straight through.
+inline int& below_registry_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+class BelowRegistry {
+ public:
+  BelowRegistry() { ++below_registry_depth(); }
+  ~BelowRegistry() { --below_registry_depth(); }
+  BelowRegistry(const BelowRegistry&) = delete;
+  BelowRegistry& operator=(const BelowRegistry&) = delete;
+};
+
 // Note [The registry's own ops]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An op the registry runs itself — a replay, a copy between storages — must not be seen by
@@ -28,12 +51,19 @@ class OwnOpGuard {
 
  private:
   c10::impl::ExcludeDispatchKeyGuard excluded_;
+  BelowRegistry below_;  // See Note [Re-entry through Python modes]
 };
 
 // A tensor of `dtype` with the given geometry on `storage` (no op: a replay builds its
 // inputs this way, on storages the registry restored).
 at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,
                      c10::IntArrayRef sizes, c10::IntArrayRef strides, std::int64_t offset);
+
+// `t` without its autograd history: a tensor on the same storage with the same geometry
+// (and conjugate and negative bits), made without an op. Tensor::variable_data() would do,
+// but it may call into Python (a Python mode's detach), and the registry needs this while
+// it holds its mutex, where nothing may dispatch.
+at::Tensor detached_alias(const at::Tensor& t);
 
 // Copies the first `nbytes` of `src` into `dst` on the current stream (an op, so run it
 // unlocked and under OwnOpGuard).

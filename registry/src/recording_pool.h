@@ -3,13 +3,13 @@
 // A step's Recording is allocated when its op is recorded and released when the last node
 // made by it is forgotten, a hundred or more at a time at the end of a step: that pattern
 // overflows malloc's per-thread caches, and showed as the most expensive part of recording
-// an op. Freed blocks are kept on a free list instead. Every allocation and release
-// happens with the registry's mutex held (Recordings are created and dropped only inside
-// *_locked code, and a replay keeps its own reference while it runs), which is the only
-// synchronization this needs.
+// an op. Freed blocks are kept on a free list instead. It has a lock of its own: a
+// Recording is released wherever its last reference goes, which is deliberately not under
+// the registry's mutex (See Note [Releasing outside the lock] in registry.h).
 #pragma once
 
 #include <cstddef>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -24,22 +24,33 @@ class BlockPool {
     for (void* p : free_) ::operator delete(p);
   }
   void* take(std::size_t bytes) {
-    if (bytes != block_ && block_ != 0) return ::operator new(bytes);  // not the pooled size
-    block_ = bytes;
-    if (free_.empty()) return ::operator new(bytes);
-    void* p = free_.back();
-    free_.pop_back();
-    return p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (block_ == 0) block_ = bytes;
+      if (bytes == block_ && !free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(bytes);
   }
   void give(void* p, std::size_t bytes) {
-    if (bytes != block_ || free_.size() >= kMaxFree) return ::operator delete(p);
-    free_.push_back(p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (bytes == block_ && free_.size() < kMaxFree) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p);
   }
 
  private:
   static constexpr std::size_t kMaxFree = 1 << 16;  // ~40 MiB of Recordings at most
-  std::size_t block_ = 0;
-  std::vector<void*> free_;
+  std::mutex mu_;
+  std::size_t block_ = 0;    // guarded by mu_: the one size pooled (the first asked for)
+  std::vector<void*> free_;  // guarded by mu_
 };
 
 // The allocator std::allocate_shared uses for a Recording and its control block.

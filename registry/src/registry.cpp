@@ -1,4 +1,5 @@
 // registry.cpp — nodes and their lineage: recording, readers, freezing, liveness, stats.
+#include "own_ops.h"
 #include "registry.h"
 
 #include <ATen/Context.h>
@@ -85,6 +86,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
 
 std::string Registry::stop() {
   std::string error = restore_all();
+  Burial burial(*this);
   Lock lock(mu_);
   if (!active_.load()) return error;
   active_.store(false, std::memory_order_release);
@@ -182,7 +184,7 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
     Node* node = by_key_locked(key);
     if (!node) {
       leaves->push_back(key);
-      if (t.requires_grad() && !t.is_leaf()) return t.variable_data();
+      if (t.requires_grad() && !t.is_leaf()) return detached_alias(t);
       return t;
     }
     if (std::find(inputs->begin(), inputs->end(), node) == inputs->end()) inputs->push_back(node);
@@ -386,7 +388,9 @@ void Registry::freeze_locked(Node* node) {
   if (!node->dead && node->weak.expired()) mark_dead_locked(node);
   unmark_locked(node);
   node->frozen = true;
-  node->steps.clear();  // releases its inputs
+  const c10::intrusive_ptr<c10::StorageImpl> held = node->held;
+  bury_locked(node);  // its lineage goes, releasing its inputs
+  node->held = held;
   ++counters_.frozen;
   // Read by recorded ops: nothing could bring it back, so the registry keeps it.
   if (has_readers_locked(node) && !node->held) node->held = node->storage();
@@ -410,6 +414,33 @@ void Registry::mark_dead_locked(Node* node) {
   // The host copy, if clean, still holds the contents: a reader's replay may use it.
 }
 
+void Registry::adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage) {
+  // Dead first: the program's storage is gone, and its address, which by_key still maps
+  // to this node if the death went unnoticed, may already belong to a new storage.
+  mark_dead_locked(node);
+  node->held = std::move(storage);
+  node->weak = c10::weak_intrusive_ptr<c10::StorageImpl>(node->held);
+}
+
+void Registry::bury_locked(Node* node) {
+  for (Step& step : node->steps) graveyard_.push_back(std::move(step.rec));
+  node->steps.clear();
+  if (node->held) graveyard_storages_.push_back(std::move(node->held));
+  buried_.store(true, std::memory_order_relaxed);
+}
+
+Registry::Burial::~Burial() {
+  if (!registry_.buried_.load(std::memory_order_relaxed)) return;
+  std::vector<std::shared_ptr<const Recording>> recordings;
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> storages;
+  {
+    Lock lock(registry_.mu_);
+    recordings.swap(registry_.graveyard_);
+    storages.swap(registry_.graveyard_storages_);
+    registry_.buried_.store(false, std::memory_order_relaxed);
+  }
+}  // released here, with no lock held
+
 void Registry::forget_locked(Node* node) {
   if (node->marked && program_holds_locked(node)) unmark_locked(node);
   drop_copy_locked(node);
@@ -421,7 +452,8 @@ void Registry::forget_locked(Node* node) {
     auto it = by_key_.find(node->key);
     if (it != by_key_.end() && it->second == node) by_key_.erase(it);
   }
-  nodes_.destroy(node);  // releases `held`: the registry's own storage is freed
+  bury_locked(node);  // its lineage and own storage go once the lock is dropped
+  nodes_.destroy(node);
 }
 
 // Note [Noticing deaths]

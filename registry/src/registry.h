@@ -24,9 +24,10 @@
 // mutex, then the engine's (the registry calls the engine with mu_ held; the engine calls
 // the registry only with its own lock dropped). Nothing that can allocate device memory
 // runs with mu_ held — running an op, replaying one, allocating for a swap-in — because an
-// allocation may call back into evict() on the same thread: such work runs under an
-// Unlocked guard, and whatever was looked up before it is looked up again after (pins keep
-// the nodes it needs). No Python, so no GIL, anywhere on this path.
+// allocation may call back into evict() on the same thread, and an op may reach a Python
+// mode that calls ops of its own: such work runs under an Unlocked guard, and whatever was
+// looked up before it is looked up again after (pins keep the nodes it needs). No Python,
+// so no GIL, anywhere on this path.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -152,6 +153,26 @@ class Registry {
    private:
     Lock& lock_;
   };
+  // Note [Releasing outside the lock]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Dropping the last reference to a tensor or a storage may need the GIL (a TensorImpl
+  // that owns its Python object decrefs it) and frees memory. So what a forgotten or
+  // frozen node held — its recordings, with the tensors they took as arguments, and the
+  // registry's own storage — is set aside under mu_ (bury_locked) and released by a
+  // Burial, declared before the Lock in each entry point, once mu_ is dropped: a thread
+  // holding the GIL and waiting for mu_ can then never wait on one holding mu_ and
+  // waiting for the GIL.
+  class Burial {
+   public:
+    explicit Burial(Registry& registry) : registry_(registry) {}
+    ~Burial();
+    Burial(const Burial&) = delete;
+    Burial& operator=(const Burial&) = delete;
+
+   private:
+    Registry& registry_;
+  };
+  void bury_locked(Node* node);
   // Unpins its nodes when it goes out of scope (with the lock held again by then).
   class PinScope {
    public:
@@ -207,6 +228,8 @@ class Registry {
   // The program's storage of `node` is gone: its memory went with it (Note [Who holds a
   // storage]).
   void mark_dead_locked(Node* node);
+  // A dead node's contents come back in `storage`, the registry's own from now on.
+  void adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage);
   void forget_locked(Node* node);
   // The engine noted storages that died (See Note [Noticing deaths] in registry.cpp):
   // forgets those no recorded op needs, and what only they needed.
@@ -244,7 +267,7 @@ class Registry {
   // results (tensors only, in order).
   std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target);
   // Moves (or copies) `fresh`'s bytes into `node`'s storage, which becomes resident.
-  void install_locked(Node* node, const at::Tensor& fresh);
+  void install(Lock& lock, Node* node, const at::Tensor& fresh);
   at::Tensor view_of_locked(Node* node, const Ref& ref);
 
   // --- swap.cpp: host copies, prefetch, hybrid ---
@@ -271,6 +294,10 @@ class Registry {
   bool can_relocate_ = false;                   // nodes without lineage may leave (host pool)
   double copy_bw_ = 0;                          // bytes/s of one swap copy
   NodeTable nodes_;  // guarded by mu_
+  // Set aside for a Burial (Note [Releasing outside the lock]); buried_: non-empty.
+  std::vector<std::shared_ptr<const Recording>> graveyard_;  // guarded by mu_
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> graveyard_storages_;  // guarded by mu_
+  std::atomic<bool> buried_{false};
   BlockPool recordings_;  // guarded by mu_ (See recording_pool.h)
   ska::flat_hash_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small

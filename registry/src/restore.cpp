@@ -194,13 +194,12 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   return tensors_of(stack);
 }
 
-void Registry::install_locked(Node* node, const at::Tensor& fresh) {
-  c10::StorageImpl* from = fresh.storage().unsafeGetStorageImpl();
+void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
+  c10::StorageImpl* from = storage_of(fresh);
   c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
   if (!s || node->dead) {
     // Dead: the replay's storage becomes the registry's own (Note [Who holds a storage]).
-    node->held = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from);
-    node->weak = c10::weak_intrusive_ptr<c10::StorageImpl>(node->held);
+    adopt_locked(node, c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from));
   } else if (from != s.get() && from->nbytes() == node->nbytes &&
              c10::raw::intrusive_ptr::use_count(from) == 1) {
     // Only the replay's result holds it: take its memory rather than copy.
@@ -208,10 +207,21 @@ void Registry::install_locked(Node* node, const at::Tensor& fresh) {
     from->set_nbytes(0);
     s->set_nbytes(node->nbytes);
   } else {
-    s->set_data_ptr_noswap(node->allocator->allocate(node->nbytes));
+    // Shared with another result of the op: copied, with the lock dropped (an allocation
+    // and an op). The caller's pin keeps the node.
+    c10::DataPtr data;
+    {
+      Unlocked unlocked(lock);
+      data = node->allocator->allocate(node->nbytes);
+      auto spare = c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(), node->nbytes, std::move(data), node->allocator,
+          /*resizable=*/true);
+      OwnOpGuard guard;
+      copy_bytes(spare, c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from), node->nbytes);
+      data = std::move(spare->mutable_data_ptr());
+    }
+    s->set_data_ptr_noswap(std::move(data));
     s->set_nbytes(node->nbytes);
-    OwnOpGuard guard;
-    copy_bytes(s, c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from), node->nbytes);
   }
   node->evicted = false;
 }
@@ -245,7 +255,7 @@ void Registry::restore(Lock& lock, Node* node) {
                 steps.front().rec->op.schema().name(), " gave ", fresh.storage().nbytes(),
                 " bytes, expected ", node->nbytes);
     if (!node->evicted) return;  // another thread restored it while this one replayed
-    install_locked(node, fresh);
+    install(lock, node, fresh);
   }
   try {
     for (std::size_t i = 1; i < steps.size(); ++i) replay(lock, steps[i], node);  // in place
@@ -261,6 +271,7 @@ void Registry::restore(Lock& lock, Node* node) {
 }
 
 std::string Registry::restore_all() {
+  Burial burial(*this);
   Lock lock(mu_);
   if (!active_.load()) return "";
   std::vector<Handle> order;

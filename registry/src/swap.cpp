@@ -70,10 +70,9 @@ bool Registry::allocate_data(Lock& lock, Node* node, bool may_evict) {
   }
   c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
   if (!s || node->dead) {
-    node->held = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(),
-                                                       node->nbytes, std::move(data),
-                                                       node->allocator, /*resizable=*/true);
-    node->weak = c10::weak_intrusive_ptr<c10::StorageImpl>(node->held);
+    adopt_locked(node, c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(),
+                                                             node->nbytes, std::move(data),
+                                                             node->allocator, /*resizable=*/true));
   } else {
     s->set_data_ptr_noswap(std::move(data));
     s->set_nbytes(node->nbytes);

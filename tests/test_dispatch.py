@@ -1,0 +1,143 @@
+"""The registry's per-op path (registry/src/dispatch.cpp): a boxed fallback on a dispatch
+key, what it sees, and what happens when it cannot have its key.
+
+The training equivalence of the policies is tested in test_remat.py, test_swap.py,
+test_remat_random.py and test_unet.py; this file tests the mechanism under them.
+"""
+from __future__ import annotations
+
+from conftest import run_in_subprocess, run_unit, train
+
+# Takes the registry's dispatch key first, as torchdistx's deferred_init would.
+SQUAT = """
+import torch
+squatter = torch.library.Library("_", "IMPL", "DeferredInit")
+squatter.fallback(torch.library.fallthrough_kernel)
+"""
+
+
+def test_a_dispatch_key_another_library_holds_is_a_clear_error_and_changes_nothing():
+    out = run_in_subprocess(SQUAT + """
+import pyalloc
+try:
+    pyalloc.install(device="cpu", budget="1GiB", policy="recompute")
+    print("installed")
+except RuntimeError as e:
+    print("refused:", str(e).replace(chr(10), " "))
+print("installed after", pyalloc.is_installed())
+# Without a policy pyalloc works as ever: the allocator needs no dispatch key.
+pyalloc.install(device="cpu", budget="1GiB")
+x = torch.randn(256, 256, requires_grad=True)
+(x * 2).sum().backward()
+print("trained", bool(torch.equal(x.grad, torch.full_like(x, 2.0))))
+try:
+    with pyalloc.recompute():
+        pass
+except RuntimeError as e:
+    print("scoped refused too:", "DeferredInit" in str(e))
+""")
+    assert "installed after False" in out, out   # the failed install left nothing behind
+    refusal = next(line for line in out.splitlines() if line.startswith("refused:"))
+    assert "DeferredInit" in refusal and "torchdistx" in refusal
+    assert "previous registration" in refusal   # where the other one was registered
+    assert 'policy="none"' in refusal           # and what to do
+    assert "trained True" in out and "scoped refused too: True" in out
+
+
+def test_composite_ops_are_seen_through_to_their_pieces():
+    # dropout and linear are CompositeImplicitAutograd: what they save for backward (the
+    # mask, the matmul's output) is made by the ops they call, which must be nodes.
+    run_unit("""
+        x = torch.randn(512, 256, requires_grad=True)
+        lin = torch.nn.Linear(256, 256)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = torch.nn.functional.dropout(lin(x), 0.5)
+            keys = {n.key for n in reg.nodes.values()}
+            assert h.untyped_storage()._cdata in keys          # the output of the pieces
+            assert len(reg.nodes) == 3, reg.nodes              # addmm, the mask, the product
+            # addmm's output is gone already (dropout's backward does not save it): a dead
+            # node, kept as the product's lineage. The mask and the product can be evicted.
+            assert sum(n.dead for n in reg.nodes.values()) == 1
+            want = h.detach().clone()
+            assert reg.evict(list(reg.nodes)) == 2
+            assert torch.equal(h, want)                        # the mask replays bit for bit
+            h.sum().backward()
+    """)
+
+
+def test_autocast_casts_are_nodes():
+    run_unit("""
+        a = torch.randn(512, 512, requires_grad=True)
+        b = torch.randn(512, 512, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                c = a @ b
+            assert c.dtype == torch.bfloat16
+            sizes = sorted(n.nbytes for n in reg.nodes.values())
+            # Two casts of 512x512 to bf16 (the matmul saves them for backward) and the product.
+            assert sizes.count(512 * 512 * 2) >= 3, sizes
+            want = c.detach().clone()
+            reg.evict(list(reg.nodes))
+            assert torch.equal(c, want)
+            c.float().sum().backward()
+    """)
+
+
+def test_backward_ops_pass_through_the_registry_and_restore_what_they_read():
+    run_unit("""
+        x = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = (x * 1.5).exp()                 # exp saves its output for backward
+            reg.evict(list(reg.nodes))
+            assert y.untyped_storage().nbytes() == 0
+            ops = reg.ops
+            y.sum().backward()                  # exp's backward reads the evicted output
+            assert reg.ops > ops and reg.recomputes >= 1
+            assert torch.allclose(x.grad, 1.5 * (x * 1.5).exp())
+            reg.check_invariants()
+    """)
+
+
+def test_python_numbers_replay_as_numbers():
+    # PyTorch wraps a Python scalar as a 0-dim tensor marked as a number, which changes type
+    # promotion (half * 2.5 stays half); the lineage keeps the number, and replay must wrap
+    # it the same way.
+    run_unit("""
+        x = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = (x.half() * 2.5) + 1
+            assert h.dtype == torch.float16
+            want = h.detach().clone()
+            reg.evict(list(reg.nodes))
+            assert torch.equal(h, want) and h.dtype == torch.float16
+    """)
+
+
+def test_a_python_dispatch_mode_of_the_program_works_beside_the_registry():
+    # The registry sits above the Python key: a mode the program pushes (here pyalloc's own
+    # op tagging for traces) sees every op, including the registry's replays, and training
+    # stays bit-identical.
+    free = train("transformer", "2GiB", steps=3)
+    budget = int(0.4 * free["peak"])
+    setup = """
+import tempfile, os
+_trace = pyalloc.record_trace(os.path.join(tempfile.mkdtemp(), "t.json.gz"), stacks=True)
+_trace.__enter__()
+"""
+    tight = train("transformer", budget, steps=3, policy="recompute", setup=setup)
+    assert tight["record"] == free["record"]
+    assert tight["evictions"] > 0 and tight["recomputes"] > 0, tight
+
+
+def test_the_registry_keeps_its_invariants_through_training_and_lets_go_of_what_dies():
+    report = """
+from pyalloc import registry as _r
+_r.active().check_invariants()
+print("nodes after", _r.active().stats()["nodes"])
+"""
+    free = train("cnn", "2GiB", steps=3)
+    tight = train("cnn", int(0.4 * free["peak"]), steps=3, policy="recompute", report=report)
+    assert tight["record"] == free["record"]
+    # After the step, activations are dead: their lineage was forgotten, not kept.
+    nodes_after = int(tight["output"].split("nodes after ")[1].split()[0])
+    assert nodes_after <= 2, tight["output"]
