@@ -25,7 +25,8 @@ _shim: Optional[ctypes.CDLL] = None
 
 
 def _source_root() -> Path:
-    """The folder holding ``csrc/`` and ``registry/src/``: the installed copy, or the repo."""
+    """The folder holding ``csrc/``, ``registry/src/`` and the engine header the registry
+    shares (``allocator/src/node_pool.h``): the installed copy, or the repo."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "native", here.parent):
         if (candidate / "csrc" / "torch_shim.cpp").is_file() and (candidate / "registry" / "src").is_dir():
@@ -49,7 +50,7 @@ def _cache_dir(root: Path) -> Path:
 
     digest = hashlib.sha256(" ".join(_CFLAGS).encode())
     for path in [*_sources(root), *sorted((root / "registry" / "src").glob("*.h")),
-                 root / "csrc" / "pyalloc_c.h"]:
+                 root / "csrc" / "pyalloc_c.h", root / "allocator" / "src" / "node_pool.h"]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     base = Path(os.environ.get("PYALLOC_CACHE_DIR", Path.home() / ".cache" / "pyalloc"))
@@ -103,7 +104,8 @@ def load() -> ctypes.CDLL:
     cpp_extension.load(
         name=name,
         sources=[str(p) for p in _sources(root)],
-        extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src")],
+        extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src"),
+                             str(root / "allocator" / "src")],
         extra_cflags=_CFLAGS,
         build_directory=str(build_dir),
         is_python_module=False,

@@ -258,6 +258,9 @@ def _resnet50() -> nn.Module:
 
 TASKS: Dict[str, Task] = {
     "mlp": Task("mlp", lambda: mlp(256, 8), _vectors(256), 4096),
+    # Small layers at a small batch: ops of tens of microseconds on a CPU, where a per-op
+    # cost shows in the step time.
+    "mlp_small": Task("mlp_small", lambda: mlp(128, 8), _vectors(128), 256),
     "cnn": Task("cnn", lambda: residual_cnn(16, 3), _images(32), 64),
     "transformer": Task("transformer", lambda: Transformer(256, 64, 128, 4, 3), _tokens(256, 64), 32),
     "unet": Task("unet", lambda: UNet(3, 4, 8, 3), _segmentation(64, 4), 16),

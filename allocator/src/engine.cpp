@@ -111,13 +111,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
     if (!block && t_may_evict && evicts_in_place() && round < kMaxEvictRounds) {
       std::vector<std::uint64_t> victims = plan_in_place_locked(rounded, stream, kind);
       if (!victims.empty()) {
-        EvictCallback callback = evict_callback_;
-        void* context = evict_context_;
-        ++evicting_;
-        lock.unlock();
-        callback(context, victims.data(), victims.size());
-        lock.lock();
-        --evicting_;
+        evict_unlocked(lock, victims);
         continue;
       }
     }
@@ -177,18 +171,23 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       waited_us += 50;
       continue;
     }
-    EvictCallback callback = evict_callback_;
-    void* context = evict_context_;
-    ++evicting_;
-    lock.unlock();
-    callback(context, victims.data(), victims.size());
-    lock.lock();
-    --evicting_;
+    evict_unlocked(lock, victims);
     // Climb again even if the registry evicted none of them: their owners may have freed
     // them meanwhile. Termination does not depend on it either: each round's victims left
     // the evictable set, so the rounds end when it is empty.
   }
   return fail_oom_locked(size, rounded, stream, error);
+}
+
+void Engine::evict_unlocked(std::unique_lock<std::mutex>& lock,
+                            const std::vector<std::uint64_t>& victims) {
+  EvictCallback callback = evict_callback_;
+  void* context = evict_context_;
+  ++evicting_;
+  lock.unlock();  // See Note [Calling out] in reclaim.cpp.
+  callback(context, victims.data(), victims.size());
+  lock.lock();
+  --evicting_;
 }
 
 void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,

@@ -204,6 +204,9 @@ class Engine {
   // Proactive eviction after a successful allocation (evict_threshold).
   std::vector<std::uint64_t> plan_proactive_locked();
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
+  // Hands `victims` to the registry with `lock` dropped, counted in evicting_ meanwhile.
+  void evict_unlocked(std::unique_lock<std::mutex>& lock,
+                      const std::vector<std::uint64_t>& victims);
   Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
                             bool long_lived = false);
   Block* grow_locked(std::size_t rounded, PoolKind kind, StreamId stream);

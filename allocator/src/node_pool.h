@@ -5,11 +5,15 @@
 // half of a malloc/free pair (measured with tools/bench_alloc.py); recycling them
 // through free lists removes that cost.
 //
-// Thread safety: none. A NodeFreeList belongs to one Pool and is used only under the
-// owning Engine's lock.
+// Thread safety: none for a NodeFreeList, which belongs to one Pool and is used only under
+// the owning Engine's lock. A LockedFreeList has a lock of its own, for objects released
+// from any thread (the registry's recordings: registry/src/registry.h).
+//
+// Header-only and free of torch: the torch-built registry uses it too.
 #pragma once
 
 #include <cstddef>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -61,16 +65,34 @@ class NodeFreeList {
   std::vector<void*> slabs_;
 };
 
-// A std allocator over a NodeFreeList, for node-based containers (std::set,
-// std::unordered_map). Multi-element requests (hash buckets) go to the heap.
-template <typename T>
+// A NodeFreeList behind a mutex.
+class LockedFreeList {
+ public:
+  void* get(std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return list_.get(bytes);
+  }
+  void put(void* p, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_.put(p, bytes);
+  }
+
+ private:
+  std::mutex mu_;
+  NodeFreeList list_;  // guarded by mu_
+};
+
+// A std allocator over a free list, for node-based containers (std::set,
+// std::unordered_map) and std::allocate_shared. Multi-element requests (hash buckets) go
+// to the heap.
+template <typename T, typename List = NodeFreeList>
 struct PooledAllocator {
   using value_type = T;
-  NodeFreeList* list;
+  List* list;
 
-  explicit PooledAllocator(NodeFreeList* l) : list(l) {}
+  explicit PooledAllocator(List* l) : list(l) {}
   template <typename U>
-  PooledAllocator(const PooledAllocator<U>& other) : list(other.list) {}
+  PooledAllocator(const PooledAllocator<U, List>& other) : list(other.list) {}
 
   T* allocate(std::size_t n) {
     if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
@@ -81,9 +103,9 @@ struct PooledAllocator {
     list->put(p, sizeof(T));
   }
   template <typename U>
-  bool operator==(const PooledAllocator<U>& o) const { return list == o.list; }
+  bool operator==(const PooledAllocator<U, List>& o) const { return list == o.list; }
   template <typename U>
-  bool operator!=(const PooledAllocator<U>& o) const { return list != o.list; }
+  bool operator!=(const PooledAllocator<U, List>& o) const { return list != o.list; }
 };
 
 }  // namespace pyalloc

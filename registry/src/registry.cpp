@@ -163,7 +163,7 @@ std::optional<c10::Scalar> wrapped_number(const at::Tensor& t) {
 
 void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                               c10::ArrayRef<c10::IValue> args, Pending* pending) {
-  auto rec = std::allocate_shared<Recording>(PoolAllocator<Recording>(&recordings_), op);
+  auto rec = std::allocate_shared<Recording>(PooledAllocator<Recording, LockedFreeList>(&recordings_), op);
   rec->written = &info.written;
   NodeList* inputs = &pending->inputs;
   KeyList* leaves = &pending->leaves;

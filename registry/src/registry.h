@@ -51,7 +51,7 @@
 #include "node.h"
 #include "node_table.h"
 #include "op_info.h"
-#include "recording_pool.h"
+#include "node_pool.h"
 
 namespace pyalloc::registry {
 
@@ -298,7 +298,12 @@ class Registry {
   std::vector<std::shared_ptr<const Recording>> graveyard_;  // guarded by mu_
   std::vector<c10::intrusive_ptr<c10::StorageImpl>> graveyard_storages_;  // guarded by mu_
   std::atomic<bool> buried_{false};
-  BlockPool recordings_;  // guarded by mu_ (See recording_pool.h)
+  // Memory for Recordings, one per recorded op. They are made an op at a time and
+  // released a hundred or more at a time at the end of a step, which overflows malloc's
+  // per-thread caches (it showed as the most expensive part of recording an op); a free
+  // list recycles them. It has a lock of its own: a Recording is released wherever its
+  // last reference goes, deliberately not under mu_ (Note [Releasing outside the lock]).
+  LockedFreeList recordings_;
   ska::flat_hash_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
