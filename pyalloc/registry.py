@@ -63,7 +63,8 @@ class _NodeInfo(ctypes.Structure):
     _fields_ = [("handle", ctypes.c_uint64), ("key", ctypes.c_uint64), ("nbytes", ctypes.c_uint64),
                 ("pins", ctypes.c_int32), ("chain", ctypes.c_int32), ("readers", ctypes.c_int32),
                 ("evicted", ctypes.c_uint8), ("dead", ctypes.c_uint8), ("frozen", ctypes.c_uint8),
-                ("fixed", ctypes.c_uint8), ("clean", ctypes.c_uint8), ("marked", ctypes.c_uint8)]
+                ("fixed", ctypes.c_uint8), ("clean", ctypes.c_uint8), ("marked", ctypes.c_uint8),
+                ("op", ctypes.c_char * 64), ("data", ctypes.c_uint64)]
 
 
 class Node:
@@ -71,8 +72,9 @@ class Node:
 
     Every attribute is read from the registry when asked for. ``key`` is the storage's
     address (``tensor.untyped_storage()._cdata``), 0 once the program dropped it; ``chain``
-    the length of its lineage (0: frozen); ``clean``: a host copy equal to its contents
-    exists; ``dead``: the program's storage is gone and the node lives on as lineage.
+    the length of its lineage (0: frozen); ``op`` the op that made it (``"aten::mm."``);
+    ``clean``: a host copy equal to its contents exists; ``dead``: the program's storage is
+    gone and the node lives on as lineage.
     """
 
     __slots__ = ("handle",)
@@ -87,8 +89,10 @@ class Node:
         return info
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("key", "nbytes", "pins", "chain", "readers"):
+        if name in ("key", "nbytes", "pins", "chain", "readers", "data"):
             return getattr(self._info(), name)
+        if name == "op":
+            return self._info().op.decode()
         if name in ("evicted", "dead", "frozen", "fixed", "clean", "marked"):
             return bool(getattr(self._info(), name))
         raise AttributeError(name)

@@ -141,3 +141,28 @@ print("nodes after", _r.active().stats()["nodes"])
     # After the step, activations are dead: their lineage was forgotten, not kept.
     nodes_after = int(tight["output"].split("nodes after ")[1].split()[0])
     assert nodes_after <= 2, tight["output"]
+
+
+def test_every_activation_of_a_forward_pass_is_a_node():
+    # matmul and linear have a kernel on the Autograd alias key as well as a math kernel, but
+    # the math kernel is what runs for dense tensors: their pieces (the clones a reshape of
+    # q, k and v makes inside matmul, bmm, addmm) are what autograd saves, and each must be
+    # a node, or it stays on the device through backward.
+    run_unit("""
+        from pyalloc.models import TASKS
+        task = TASKS["transformer"]
+        model = task.build()
+        x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+        with pyalloc.recompute() as reg:
+            before = {b["address"] for s in engine.snapshot()["segments"] for b in s["blocks"]
+                      if b["state"] == "active_allocated"}
+            loss = task.loss(model, x, y)
+            nodes = {n.data for n in reg.nodes.values() if n.data}
+            made = [(b["address"], b["size"]) for s in engine.snapshot()["segments"]
+                    for b in s["blocks"]
+                    if b["state"] == "active_allocated" and b["address"] not in before
+                    and b["size"] >= 64 << 10]
+            left = [size for address, size in made if address not in nodes]
+            assert made and not left, (len(made), left)
+            loss.backward()
+    """)

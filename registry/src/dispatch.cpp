@@ -32,8 +32,8 @@ namespace pyalloc::registry {
 namespace {
 
 // Keys on a tensor whose storage is not plain memory of the managed device: subclasses
-// and FakeTensor (Python), functorch's wrappers, functionalization. Ops on them pass
-// through untouched.
+// and FakeTensor (Python), functorch's wrappers, functionalization. Such tensors are never
+// nodes, and an op that takes one is never recorded (run_op).
 constexpr c10::DispatchKeySet kWrapperKeys({
     c10::DispatchKey::Python,
     c10::DispatchKey::Functionalize,
@@ -142,9 +142,12 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       read_keys.push_back(key);
     });
   }
-  if (foreign || read_keys.empty()) return pass_through(op, ks, stack);
-  // Whether the op may make an activation (what else decides is looked at below).
-  const bool may_create = requires_grad && at::GradMode::is_enabled();
+  if (read_keys.empty()) return pass_through(op, ks, stack);
+  // Whether the op may make an activation (what else decides is looked at below). One that
+  // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
+  // could not be trusted), but what it reads of the plain kind is still restored and
+  // pinned: the subclass's own ops run below the registry and would read it as it is.
+  const bool may_create = !foreign && requires_grad && at::GradMode::is_enabled();
 
   // Both outlive the lock: See Note [Releasing outside the lock] in registry.h.
   Burial burial(*this);
@@ -212,7 +215,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // 3. What it makes from tensors that require grad is an activation: recorded, unless
   // replaying it would write a registered storage again (then only the write is). The
   // recording is made from the arguments now; the results are added after the op ran.
-  const bool replayable = !info.nondeterministic || at::globalContext().deterministicAlgorithms();
+  const bool replayable =
+      !foreign && (!info.nondeterministic || at::globalContext().deterministicAlgorithms());
   const bool writes_node = !targets.empty();
   const bool creates = replayable && !writes_node && may_create && !info.aliases_only;
   const bool extends = writes_node && extends_chain_locked(targets, replayable);

@@ -48,8 +48,20 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
   // Autocast works the same way: its kernel casts the inputs and calls the op again, so
   // an op with an autocast kernel is passed through while autocast is on, and both the
   // casts and the op proper come back as leaves.
-  info->composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
-                    !op.hasKernelForDispatchKey(c10::DispatchKey::Autograd);
+  //
+  // Which kernel runs at the Autograd keys follows PyTorch's precedence
+  // (OperatorEntry::computeDispatchTableEntry): a kernel registered to the backend or to
+  // CompositeExplicitAutograd wins, then the CompositeImplicitAutograd "math" kernel, and
+  // only then one registered to the Autograd alias. So an op with a math kernel is
+  // composite unless a backend or explicit kernel stands before it — matmul and linear
+  // have an Autograd-alias kernel too, never used for dense tensors, and their pieces
+  // (bmm, addmm, the clones a reshape makes) are what autograd saves.
+  info->composite =
+      op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CUDA);
   info->autocast_cpu = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
   info->autocast_cuda = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCUDA);
   info->random = op.hasTag(at::Tag::nondeterministic_seeded);

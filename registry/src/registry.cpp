@@ -601,6 +601,14 @@ bool Registry::node_info(Handle handle, NodeInfo* out) {
   out->fixed = node->fixed;
   out->clean = node->clean;
   out->marked = node->marked;
+  std::string op;
+  if (node->lineage()) {
+    const c10::OperatorName& name = node->steps.front().rec->op.operator_name();
+    op = name.name + "." + name.overload_name;
+  }
+  std::snprintf(out->op, sizeof out->op, "%s", op.c_str());
+  const c10::StorageImpl* s = node->evicted ? nullptr : node->peek();
+  out->data = s ? reinterpret_cast<std::uintptr_t>(s->data_ptr().get()) : 0;
   return true;
 }
 

@@ -101,6 +101,8 @@ struct NodeInfo {
   std::int32_t chain;    // steps of lineage (0: frozen)
   std::int32_t readers;
   std::uint8_t evicted, dead, frozen, fixed, clean, marked;
+  char op[64];  // the op that made it ("aten::mm."), "" once frozen
+  std::uint64_t data;  // where its bytes are now (0 when evicted)
 };
 
 // The nodes an op or a replay works on (few: an op's inputs).
