@@ -14,7 +14,9 @@ compaction can move them. ``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's sh
 GPU-sized ones.
 
 A :class:`Task` knows how to build its model and a batch, so a benchmark can vary the
-batch size and nothing else.
+batch size and nothing else. :mod:`pyalloc.zoo` adds its tasks (``zoo_*``: models of the
+shapes users bring, from a torchvision-style ResNet to Hugging Face GPT-2, Llama and BERT)
+to ``TASKS``.
 """
 from __future__ import annotations
 
@@ -270,3 +272,7 @@ TASKS: Dict[str, Task] = {
     "gpt2": Task("gpt2", lambda: Transformer(50257, 1024, 768, 12, 12), _tokens(50257, 1024), 4),
     "unet_gpu": Task("unet_gpu", lambda: UNet(3, 8, 32, 4), _segmentation(256, 8), 16),
 }
+
+# The zoo (pyalloc/zoo.py: models of the shapes users bring) adds its tasks to TASKS. It
+# imports Task from here, so this comes last; imported first, the zoo adds them itself.
+from . import zoo as _zoo  # noqa: E402,F401

@@ -124,7 +124,11 @@ def train(task: str, budget, steps: int = 20, batch: int | None = None, device: 
     bit for bit, "peak": peak reserved bytes, "output": everything printed, **registry
     counters}``. Identical calls are run once per test session (the unconstrained reference
     runs are shared)."""
-    out = _train(task, budget, steps, batch or TRAIN_BATCH[task], device,
+    if batch is None:
+        from pyalloc.models import TASKS
+
+        batch = TRAIN_BATCH.get(task) or TASKS[task].default_batch
+    out = _train(task, budget, steps, batch, device,
                  tuple(sorted(options.items())), setup, report,
                  tuple(sorted((env or {}).items())), optimizer)
     lines = out.splitlines()

@@ -165,6 +165,84 @@ def test_parameters_inputs_and_gradients_are_never_evicted():
     """)
 
 
+BACKWARD = """
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    x = torch.randn(512, 256)
+
+    def step(evict_in_backward, fail=False):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        seen = {}
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = model[:3](x)
+            def hook(grad):          # runs inside backward, between two of its ops
+                node = reg.node_of(grad)
+                seen["gradient is a node"] = node is not None and node.chain > 0
+                if evict_in_backward:
+                    reg.evict(list(reg.nodes))
+                    seen["evicted"] = node.evicted
+                if fail:
+                    raise RuntimeError("stop")
+                return grad
+            h.register_hook(hook)
+            loss = torch.nn.functional.log_softmax(model[3:](h), 1).mean()
+            loss.backward()
+            stats = reg.stats()
+            kept = [reg.node_of(p.grad) for p in model.parameters()]
+        return [p.grad.clone() for p in model.parameters()], seen, stats, kept
+"""
+
+
+def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
+    run_unit(BACKWARD + """
+        want, seen, free_stats, _ = step(False)
+        assert seen == {"gradient is a node": True}
+        got, seen, stats, kept = step(True)
+        assert seen == {"gradient is a node": True, "evicted": True}, seen
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        assert stats["backward_nodes"] > 0 and stats["recomputes"] > 0, stats
+        # What the program keeps from backward (.grad) is its own again: resident, no node.
+        assert kept == [None] * len(kept), kept
+        assert stats["backward_kept"] > 0 and free_stats["backward_kept"] > 0, stats
+        assert all(p.grad.untyped_storage().nbytes() > 0 for p in model.parameters())
+    """)
+
+
+def test_a_backward_that_raises_leaves_no_backward_nodes_behind():
+    run_unit(BACKWARD + """
+        want, _, _, _ = step(False)
+        with pytest.raises(RuntimeError, match="stop"):
+            step(True, fail=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            left = {h: n.op for h, n in reg.nodes.items()}
+            (x * 2).sum()                     # the first op outside a backward settles it
+            alive = [n for n in reg.nodes.values() if not n.dead and n.chain > 0]
+            assert not alive, [n.op for n in alive]
+        pyalloc.check_invariants()
+        got, _, _, kept = step(True)
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        assert kept == [None] * len(kept)
+    """)
+
+
+def test_autograd_grad_results_are_the_programs():
+    run_unit("""
+        x = torch.randn(512, 256, requires_grad=True)
+        w = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = (x @ w).relu()
+            gx, gw = torch.autograd.grad(y.square().sum(), (x, w))
+            assert reg.node_of(gx) is None and reg.node_of(gw) is None
+            reg.evict(list(reg.nodes))
+            assert gx.untyped_storage().nbytes() > 0
+        y = (x @ w).relu()
+        want = torch.autograd.grad(y.square().sum(), (x, w))
+        assert torch.equal(gx, want[0]) and torch.equal(gw, want[1])
+    """)
+
+
 def test_views_follow_their_storage():
     run_unit("""
         x = torch.randn(64, 128, requires_grad=True)

@@ -147,7 +147,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
   // could not be trusted), but what it reads of the plain kind is still restored and
   // pinned: the subclass's own ops run below the registry and would read it as it is.
-  const bool may_create = !foreign && requires_grad && at::GradMode::is_enabled();
+  // Inside a backward pass with grad mode off every op may, under recompute: See Note
+  // [Backward nodes].
+  const std::int64_t task = torch::autograd::get_current_graph_task_id();
+  const bool may_create =
+      !foreign && (at::GradMode::is_enabled() ? requires_grad : task != -1 && !can_swap_);
 
   // Both outlive the lock: See Note [Releasing outside the lock] in registry.h.
   Burial burial(*this);
@@ -163,6 +167,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       std::find(seen_threads_.begin(), seen_threads_.end(), t_thread) == seen_threads_.end()) {
     seen_threads_.push_back(t_thread);
     counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
+  }
+  if (task != -1) {
+    enter_backward_locked(task);
+  } else if (!open_tasks_.empty() && t_thread == owner_thread_) {
+    end_stale_backwards_locked(lock);  // passes that ended by an exception
   }
   notice_deaths_locked(/*all=*/false);
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
@@ -180,7 +189,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
 
   // 1. What the op reads is restored and pinned.
   PinScope pins(*this);
-  const bool in_backward = can_swap_ && torch::autograd::get_current_graph_task_id() != -1;
+  const bool in_backward = can_swap_ && task != -1;
   if (!used.empty()) {
     if (in_backward)
       for (Node* node : used) backward_use_locked(node);
@@ -223,6 +232,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (creates || extends) {
     pending.emplace();
     prepare_locked(op, info, arguments, &*pending);
+    pending->task = task;
     if (info.random) {
       at::Generator generator = generator_of(arguments, device);
       std::lock_guard<std::mutex> guard(generator.mutex());

@@ -105,11 +105,13 @@ struct Node {
   c10::SmallVector<Handle, 2> readers;  // nodes recorded from the current contents
   int pins = 0;                   // ops and replays using it now
   std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch
+  std::uint64_t charge_visit = 0; // Registry::charge_visit_ when a death's walk last reached it
   bool evicted = false;
   bool dead = false;              // the program's storage is gone (see above)
   bool frozen = false;            // lineage invalid: never recomputed again
   bool fixed = false;             // its data cannot be freed (not resizable)
   bool marked = false;            // offered to the engine as evictable
+  bool backward = false;          // made in a backward pass (Note [Backward nodes])
   // Swapping (policy swap/hybrid).
   std::uint64_t slot = 0;         // the engine's host slot holding a copy, or 0
   bool clean = false;             // that copy equals the contents (no write since)

@@ -60,6 +60,8 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   ordinal_ = 0;
   by_ordinal_.clear();
   in_backward_ = false;
+  open_tasks_.clear();
+  backward_nodes_.clear();
   order_cur_.clear();
   order_prev_.clear();
   pos_prev_.clear();
@@ -103,6 +105,8 @@ std::string Registry::stop() {
   }
   leaf_readers_.clear();
   by_ordinal_.clear();
+  open_tasks_.clear();
+  backward_nodes_.clear();
   return error;
 }
 
@@ -282,10 +286,18 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   if (fresh.empty()) return;
   Recording& rec = *pending.rec;
   rec.cost = cost_locked(pending, results, elapsed_ns);
+  // A gradient's inputs of its own kind die as soon as it is made: it pays for them now.
+  // See Note [Dead inputs cost their readers].
+  const bool backward = pending.task != -1;
+  double inherited = 0;
+  if (backward)
+    for (const Node* input : pending.inputs)
+      if (input->backward && input->lineage()) inherited += input->cost;
   for (std::uint32_t i : fresh) {
     Node* node = nodes_.create(results[i]->unsafeGetTensorImpl()->unsafe_storage());
     node->steps.push_back(Step{pending.rec, i});
-    node->cost = rec.cost;
+    node->cost = rec.cost + inherited;
+    node->backward = backward;
     by_key_[node->key] = node;
     if (can_swap_ && !in_backward_) {
       node->ordinal = ordinal_++;
@@ -296,6 +308,10 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
       }
     }
     add_reader_locked(node, pending.inputs, pending.leaves);
+    if (pending.task != -1) {  // See Note [Backward nodes] in backward.cpp
+      backward_nodes_.emplace_back(pending.task, node->handle);
+      ++counters_.backward_nodes;
+    }
     mark_locked(node);
   }
 }
@@ -412,6 +428,53 @@ void Registry::mark_dead_locked(Node* node) {
     node->key = nullptr;
   }
   // The host copy, if clean, still holds the contents: a reader's replay may use it.
+  charge_readers_locked(node);
+}
+
+// Note [Dead inputs cost their readers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Replaying a node rebuilds its dead inputs first (their contents exist nowhere else), and
+// theirs, back to inputs that are still there. So what evicting a node costs is its own op
+// plus every dead node its replay passes through, and a death reprices every live node
+// downstream of it along dead readers: the dead node's readers, and, where a reader is
+// itself dead, that reader's readers, and so on. Backward makes this the rule: each
+// forward activation dies once its gradient is made, after the activations made from it
+// (autograd runs in reverse), so the gradient with respect to an early layer's output is
+// rebuilt only by replaying the forward from the last live activation and the backward
+// from the loss down to it. Priced at its own op alone, or with its inputs' deaths only, it
+// looks as cheap as an activation and the engine takes it first — then every use replays
+// the chain, and the replays evict each other (the MLP at 0.35 of its peak did not finish a
+// step, the transformer took 30 s). So a death adds the dead node's cost to each live node
+// reached through dead readers, once per death (deaths are final), and the engine is told
+// the new price. A gradient made in backward is priced with the gradients it read when it
+// is made (they die at once, and deaths are noticed in batches, after the engine may have
+// chosen), so its own death charges nobody again; the deaths of its ancestors still pass
+// through it. Diamonds between live nodes count a dead node once per live node, which is
+// the truth; a live node charged by two paths of one inherited gradient is an overestimate,
+// which errs towards evicting something else. Evicted inputs that are not dead are not
+// charged (they come back and go again; DTR's evicted-neighbourhood sum would need updates
+// both ways).
+void Registry::charge_readers_locked(const Node* dead) {
+  if (!dead->lineage() || dead->backward || dead->readers.empty()) return;
+  const std::uint64_t visit = ++charge_visit_;
+  charge_stack_.clear();
+  charge_stack_.push_back(dead);
+  while (!charge_stack_.empty()) {
+    const Node* from = charge_stack_.back();
+    charge_stack_.pop_back();
+    for (Handle h : from->readers) {
+      Node* reader = find_locked(h);
+      if (!reader || reader == dead || !reader->lineage() || reader->charge_visit == visit)
+        continue;
+      reader->charge_visit = visit;
+      if (reader->dead) {
+        charge_stack_.push_back(reader);  // rebuilt only after `dead`: its readers pay
+        continue;
+      }
+      reader->cost += dead->cost;
+      if (reader->marked) mark_locked(reader);  // set_evictable updates the engine's cost
+    }
+  }
 }
 
 void Registry::adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage) {
@@ -556,9 +619,11 @@ std::string Registry::stats_json() {
       "{\"ops\":%" PRId64 ",\"evictions\":%" PRId64 ",\"eager_evictions\":%" PRId64
       ",\"recomputes\":%" PRId64 ",\"recompute_ns\":%" PRId64 ",\"frozen\":%" PRId64
       ",\"relocations\":%" PRId64 ",\"nodes\":%zu,\"resident_nodes\":%" PRId64
-      ",\"evicted_bytes\":%" PRId64 ",\"backward_threads\":%" PRId64,
+      ",\"evicted_bytes\":%" PRId64 ",\"backward_threads\":%" PRId64
+      ",\"backward_nodes\":%" PRId64 ",\"backward_kept\":%" PRId64,
       c.ops, c.evictions, c.eager_evictions, c.recomputes, c.recompute_ns, c.frozen,
-      c.relocations, nodes_.size(), resident, evicted_bytes, c.backward_threads);
+      c.relocations, nodes_.size(), resident, evicted_bytes, c.backward_threads,
+      c.backward_nodes, c.backward_kept);
   std::string out(buf, static_cast<std::size_t>(n));
   if (can_relocate_) {
     n = std::snprintf(

@@ -90,6 +90,8 @@ struct Counters {
   std::int64_t chose_swap = 0;       // hybrid's choices
   std::int64_t chose_recompute = 0;
   std::int64_t backward_threads = 0; // threads other than the starting one that ran ops
+  std::int64_t backward_nodes = 0;   // nodes recorded inside a backward pass
+  std::int64_t backward_kept = 0;    // of those, what the program kept (.grad): forgotten
 };
 
 // A node as Python's view of it sees it (Registry.nodes).
@@ -204,6 +206,7 @@ class Registry {
     KeyList leaves;
     double in_bytes = 0;
     double flops_per_output = 0;  // per element of the first result (the "model" cost)
+    std::int64_t task = -1;       // the autograd graph task it runs in (-1: none)
   };
   void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                       c10::ArrayRef<c10::IValue> args, Pending* pending);
@@ -230,6 +233,8 @@ class Registry {
   // The program's storage of `node` is gone: its memory went with it (Note [Who holds a
   // storage]).
   void mark_dead_locked(Node* node);
+  // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
+  void charge_readers_locked(const Node* dead);
   // A dead node's contents come back in `storage`, the registry's own from now on.
   void adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage);
   void forget_locked(Node* node);
@@ -284,7 +289,15 @@ class Registry {
   bool shed_copies_locked(std::size_t needed);
   void prefetch_after(Lock& lock, Node* node);
   void backward_use_locked(Node* node);
-  void end_iteration();
+  void end_iteration_locked();
+
+  // --- backward.cpp: what a backward pass creates (Note [Backward nodes]) ---
+  // The op runs inside autograd graph task `task`: its first op arranges for end_backward.
+  void enter_backward_locked(std::int64_t task);
+  void end_backward(std::int64_t task, std::uint64_t generation);
+  void end_backward_locked(Lock& lock, std::int64_t task);
+  // Passes that ended by an exception (no final callback ran).
+  void end_stale_backwards_locked(Lock& lock);
   static std::int64_t now_ns();
 
   std::mutex mu_;
@@ -315,12 +328,18 @@ class Registry {
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
   std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
+  // charge_readers_locked's walk (guarded by mu_): its stamp and its work list.
+  std::uint64_t charge_visit_ = 0;
+  std::vector<const Node*> charge_stack_;
   std::uint64_t owner_thread_ = 0;              // the thread that started it
   std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
   // Swap/hybrid: what the previous iteration did, by creation ordinal.
   std::int64_t ordinal_ = 0;
   std::unordered_map<std::int64_t, Handle> by_ordinal_;
   bool in_backward_ = false;
+  // Graph tasks whose end is arranged for, and the nodes each made (Note [Backward nodes]).
+  std::vector<std::int64_t> open_tasks_;
+  std::vector<std::pair<std::int64_t, Handle>> backward_nodes_;
   std::vector<std::int64_t> order_cur_, order_prev_;
   std::unordered_map<std::int64_t, std::size_t> pos_prev_;
   std::map<std::pair<std::int64_t, std::size_t>, std::int64_t> gaps_cur_, gaps_prev_;

@@ -181,17 +181,8 @@ void Registry::prefetch_after(Lock& lock, Node* node) {
 }
 
 // Backward used `node`: learn the order and (hybrid) the gap from its last forward use,
-// for the next iteration.
+// for the next iteration. (enter_backward_locked has arranged for the pass's end.)
 void Registry::backward_use_locked(Node* node) {
-  if (!in_backward_) {
-    try {  // the end of this backward ends the iteration
-      torch::autograd::Engine::get_default_engine().queue_callback(
-          [] { registry().end_iteration(); });
-      in_backward_ = true;
-    } catch (const c10::Error&) {
-      return;  // not inside a backward pass after all: nothing to learn
-    }
-  }
   if (node->bwd_seen || node->ordinal < 0) return;
   node->bwd_seen = true;
   order_cur_.push_back(node->ordinal);
@@ -202,8 +193,8 @@ void Registry::backward_use_locked(Node* node) {
   }
 }
 
-void Registry::end_iteration() {
-  Lock lock(mu_);
+// The last backward pass ended: what it learned is next iteration's guide.
+void Registry::end_iteration_locked() {
   in_backward_ = false;
   if (!order_cur_.empty()) {
     order_prev_.swap(order_cur_);

@@ -1,0 +1,128 @@
+"""The model zoo (pyalloc.zoo): the shapes users bring, trained under every policy at 40%.
+
+Each zoo task is a model the rest of the suite lacks (a torchvision-style ResNet, a
+residual UNet, GRU and LSTM language models, a ViT, Hugging Face GPT-2, Llama and BERT, a
+MobileNet, a temporal convolutional network, an MLP-Mixer), at a batch where activations
+dominate. The tests check, per task:
+
+* that activations are at least three quarters of the unconstrained peak, measured in the
+  unconstrained training run itself: after training, the run adds up the bytes of the
+  distinct storages of what no policy can evict (parameters, buffers, gradients, SGD's
+  momentum, the batch) and compares them with the peak of allocated bytes (not reserved:
+  cached free bytes would flatter the share). Gradients are counted whole although part
+  of them does not exist yet at the peak, so the share is a lower bound.
+* that ``recompute``, ``swap`` and ``hybrid`` each train it at 40% of that run's peak
+  reserved bytes, three steps, bit-identically to it (losses, parameters, buffers,
+  optimizer state), under the budget, having evicted (and, under swap, swapped out).
+
+Combinations that run out of memory at 40% today are strict xfails (KNOWN_FAILURES, with
+the reason): they pass or fail loudly when placement changes.
+
+Both tests of a task share one unconstrained run (conftest caches ``train`` per session).
+The Hugging Face tasks are skipped without ``transformers`` (in the ``test`` extra).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from conftest import run_in_subprocess, train
+from pyalloc.zoo import ZOO
+
+STEPS = 3
+POLICIES = ("recompute", "swap", "hybrid")
+
+_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                         reason="needs Hugging Face transformers (pip install '.[test]')")
+TASKS = [pytest.param(name, marks=_hf) if name.startswith("zoo_hf_") else name
+         for name in ZOO]
+
+# Run after the unconstrained training (conftest's TRAIN `report`): the bytes no policy can
+# evict, each storage once (the GRU's and LSTM's head shares the embedding's weight), and
+# the peak of allocated bytes.
+STATIC = """
+_bytes = {}
+for _t in (list(model.parameters()) + list(model.buffers())
+           + [_p.grad for _p in model.parameters() if _p.grad is not None]
+           + [_v for _s in opt.state.values() for _v in _s.values() if isinstance(_v, torch.Tensor)]
+           + [x, y]):
+    _bytes[_t.untyped_storage().data_ptr()] = _t.untyped_storage().nbytes()
+print("static_bytes", sum(_bytes.values()))
+print("allocated_peak", pyalloc.memory_stats()["allocated_bytes.all.peak"])
+"""
+
+
+def unconstrained(task: str) -> dict:
+    return train(task, "2GiB", steps=STEPS, report=STATIC)
+
+
+def printed(run: dict, name: str) -> int:
+    return next(int(line.split()[1]) for line in run["output"].splitlines()
+                if line.startswith(name + " "))
+
+
+def counters(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k not in ("record", "output")}
+
+
+def test_every_zoo_task_is_a_task_and_the_zoo_imports_without_transformers():
+    out = run_in_subprocess("""
+        import sys
+        sys.modules["transformers"] = None          # as if it were not installed
+        import pyalloc.zoo                          # imported first, before pyalloc.models
+        from pyalloc.models import TASKS
+        assert set(pyalloc.zoo.ZOO) <= set(TASKS) and len(pyalloc.zoo.ZOO) >= 9
+        try:
+            TASKS["zoo_hf_gpt2"].build()
+        except RuntimeError as e:
+            print("error:", e)
+    """)
+    assert "error: " in out and "pip install transformers" in out
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_activations_are_three_quarters_of_the_unconstrained_peak(task):
+    free = unconstrained(task)
+    static, peak = printed(free, "static_bytes"), printed(free, "allocated_peak")
+    assert static <= 0.25 * peak, (static, peak)
+    assert "evictions" not in free   # no policy, no registry
+
+
+# Out of memory at 40% today (2026-11-24), each with evictable bytes too few or too scattered
+# to serve the request: issue 21, items 2 (placement that keeps what can leave together) and
+# 3 (many small tensors). Strict: the day one passes, the mark must go.
+_SCATTERED = ("out of memory at 0.4 of the peak: what can leave sits in small blocks between "
+              "what cannot (issue 21: placement, many small tensors)")
+KNOWN_FAILURES = {
+    ("zoo_gru_lm", policy): _SCATTERED for policy in POLICIES} | {
+    ("zoo_lstm_lm", policy): _SCATTERED for policy in POLICIES} | {
+    ("zoo_mobilenet", policy): _SCATTERED for policy in POLICIES} | {
+    ("zoo_unet", "swap"): _SCATTERED + "; backward makes no nodes under swap",
+    ("zoo_unet", "hybrid"): _SCATTERED + "; backward makes no nodes under hybrid",
+}
+
+
+def _combinations():
+    for task in TASKS:
+        name = task if isinstance(task, str) else task.values[0]
+        marks = [] if isinstance(task, str) else list(task.marks)
+        for policy in POLICIES:
+            reason = KNOWN_FAILURES.get((name, policy))
+            extra = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            yield pytest.param(name, policy, marks=marks + extra, id=f"{name}-{policy}")
+
+
+@pytest.mark.parametrize(("task", "policy"), list(_combinations()))
+def test_trains_bit_identically_at_40_percent_of_peak(task, policy):
+    free = unconstrained(task)
+    budget = int(0.4 * free["peak"])
+    tight = train(task, budget, steps=STEPS, policy=policy)
+    assert len(tight["record"]) == STEPS + 1
+    assert tight["record"] == free["record"]
+    assert tight["peak"] <= budget
+    assert tight["evictions"] > 0, counters(tight)
+    if policy == "recompute":
+        assert tight["recomputes"] > 0, counters(tight)
+    if policy == "swap":
+        assert tight["swap_outs"] > 0, counters(tight)
