@@ -75,6 +75,7 @@ _SIGNATURES = {
     "pyalloc_registry_restore_all": (_c.c_int, []),
     "pyalloc_registry_active": (_c.c_int, []),
     "pyalloc_registry_thread_enable": (_c.c_int, [_c.c_int]),
+    "pyalloc_registry_interrupt": (None, [_c.c_int]),
     "pyalloc_registry_evict": (_c.c_uint64, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
     "pyalloc_registry_stats_json": (_c.c_void_p, []),
     "pyalloc_registry_handles": (_c.c_size_t, [_c.POINTER(_c.c_uint64), _c.c_size_t]),

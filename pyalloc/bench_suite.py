@@ -42,6 +42,7 @@ partial JSON is rewritten after every worker, so an interrupted run keeps what i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -49,9 +50,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 CONFIGS = ("stock", "expandable", "checkpoint", "recompute", "swap", "hybrid")
 CUDA_ONLY = ("expandable",)            # a setting of PyTorch's CUDA allocator
@@ -142,6 +144,46 @@ class TooSlow(Exception):
 
 def _too_slow(signum, frame):
     raise TooSlow()
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raises :class:`TooSlow` in the block once ``seconds`` have passed. Python code is
+    stopped by SIGALRM, repeated each second (one raised inside pyalloc's eviction callback
+    is contained there: nothing may cross into C++). An op that recomputes in C++ (backward
+    does not return to Python, so no signal handler runs) is stopped by the registry's
+    :meth:`~pyalloc.registry.Registry.interrupt`, sent by a watchdog thread each second
+    from then on; the error it raises becomes TooSlow."""
+    from . import registry
+
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if done.wait(seconds):
+            return
+        while not done.is_set():
+            reg = registry.active()
+            if reg is not None:
+                reg.interrupt()
+            done.wait(1.0)
+
+    thread = threading.Thread(target=watchdog, name="pyalloc-time-limit", daemon=True)
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    thread.start()
+    try:
+        yield
+    except RuntimeError as e:
+        if "pyalloc: interrupted" in str(e):
+            raise TooSlow() from e
+        raise
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        done.set()
+        thread.join()
+        reg = registry.active()
+        if reg is not None:
+            reg.interrupt(False)   # one the block ended before taking
 
 
 class PyallocMemory:
@@ -253,33 +295,29 @@ class Trainer:
         before = self.memory.counters()
         opt = x = y = loss = None
         times: List[float] = []
-        signal.signal(signal.SIGALRM, _too_slow)
-        # Repeats each second: a TooSlow raised inside pyalloc's eviction callback is
-        # contained there (nothing may cross into C++), so the next one must land elsewhere.
-        signal.setitimer(signal.ITIMER_REAL, self.time_limit(batch, steps), 1.0)
         try:
-            self.model.load_state_dict(self.initial)
-            self.model.zero_grad(set_to_none=True)
-            opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-            x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
-            x, y = x.to(self.dev), y.to(self.dev)
-            for _ in range(steps):
-                self.sync()
-                start = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss = self.task.loss(self.model, x, y)
-                loss.backward()
-                opt.step()
-                self.sync()
-                times.append(time.perf_counter() - start)
-            ok = bool(torch.isfinite(loss).item())
-            self.last_failure = None if ok else "non-finite loss"
+            with time_limit(self.time_limit(batch, steps)):
+                self.model.load_state_dict(self.initial)
+                self.model.zero_grad(set_to_none=True)
+                opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+                x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
+                x, y = x.to(self.dev), y.to(self.dev)
+                for _ in range(steps):
+                    self.sync()
+                    start = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    loss = self.task.loss(self.model, x, y)
+                    loss.backward()
+                    opt.step()
+                    self.sync()
+                    times.append(time.perf_counter() - start)
+                ok = bool(torch.isfinite(loss).item())
+                self.last_failure = None if ok else "non-finite loss"
         except torch.OutOfMemoryError:
             ok, self.last_failure = False, "out of memory"
         except TooSlow:
             ok, self.last_failure = False, "thrash limit"
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             del opt, x, y, loss
             self.model.zero_grad(set_to_none=True)   # a failed trial leaves gradients
             gc.collect()

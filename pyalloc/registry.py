@@ -217,6 +217,14 @@ class Registry:
         arr = (ctypes.c_uint64 * max(len(handles), 1))(*handles)
         return int(_torch_shim.load().pyalloc_registry_evict(arr, len(handles)))
 
+    def interrupt(self, on: bool = True) -> None:
+        """Makes the next op or recomputation, on any thread, raise a ``RuntimeError``
+        starting "pyalloc: interrupted" (once; ``on=False`` withdraws one not delivered
+        yet). For watchdogs: a Python signal handler cannot stop an op that recomputes for
+        too long, since backward runs in C++ without returning to Python. What the
+        program holds is left as an out-of-memory error leaves it."""
+        _torch_shim.load().pyalloc_registry_interrupt(1 if on else 0)
+
     def restore_all(self) -> None:
         """Restores every evicted storage the program still holds (oldest first)."""
         if _torch_shim.load().pyalloc_registry_restore_all() != 0:

@@ -166,3 +166,55 @@ def test_every_activation_of_a_forward_pass_is_a_node():
             assert made and not left, (len(made), left)
             loss.backward()
     """)
+
+
+def test_an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state():
+    # A watchdog's way out of an op that recomputes for too long: backward runs in C++ and
+    # never returns to Python, so no signal handler could run there.
+    run_unit("""
+        x = torch.randn(256, 256, requires_grad=True)
+        w = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = (x @ w).exp()
+            reg.evict(list(reg.nodes))
+            reg.interrupt()
+            try:
+                y.sum().backward()               # exp's backward must recompute y first
+                raise AssertionError("not interrupted")
+            except RuntimeError as e:
+                assert "pyalloc: interrupted" in str(e), e
+            assert x.grad is None and w.grad is None
+            y.sum().backward()                   # once only: the same backward now trains
+            assert torch.allclose(x.grad, (x @ w).exp() @ w.T)
+            reg.interrupt()
+            reg.interrupt(False)                 # withdrawn before any op took it
+            z = (x * 2).sum()
+            reg.check_invariants()
+    """)
+
+
+def test_a_benchmark_time_limit_stops_a_backward_running_in_cpp():
+    # Backward runs in C++ on this thread: SIGALRM's handler waits for it to return, so
+    # the limit's watchdog interrupts the registry, and the error it raises becomes
+    # TooSlow (the exception chain tells the two ways apart).
+    run_unit("""
+        from pyalloc.bench_suite import TooSlow, time_limit
+        ws = [torch.randn(1024, 1024, requires_grad=True) for _ in range(60)]
+        with pyalloc.recompute() as reg:
+            h = torch.randn(1024, 1024)
+            for w in ws:
+                h = (h @ w).tanh()               # backward: two matmuls a layer
+            loss = h.sum()
+            try:
+                with time_limit(0.5):
+                    loss.backward()
+                raise AssertionError("not stopped")
+            except TooSlow as e:
+                # Raised from the interrupt, or by SIGALRM's handler while Python unwound it.
+                chain = e.__cause__ or e.__context__
+                assert "pyalloc: interrupted" in str(chain), repr(chain)
+            x = torch.randn(8, requires_grad=True)
+            (x * 2).sum().backward()             # no interrupt left behind
+            assert torch.equal(x.grad, torch.full_like(x, 2.0))
+            reg.check_invariants()
+    """)

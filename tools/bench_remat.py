@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyalloc.bench_suite import TooSlow, _too_slow, largest_batch  # noqa: E402
+from pyalloc.bench_suite import TooSlow, largest_batch, time_limit  # noqa: E402
 
 STRATEGIES = ("dtr", "dte", "window")
 CONFIGS = ("baseline", "checkpoint") + STRATEGIES + ("floor",)
@@ -128,31 +127,27 @@ class Worker:
         model = opt = x = y = loss = None
         times: List[float] = []
         settled = before
-        signal.signal(signal.SIGALRM, _too_slow)
-        # Repeats each second: a TooSlow raised inside the eviction callback is contained
-        # there (nothing may cross into C++), so the next one must land elsewhere.
-        signal.setitimer(signal.ITIMER_REAL, self.time_limit * min(2.0, batch / self.batch), 1.0)
         try:
-            model = self._model()
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
-            x, y = x.to(self.dev), y.to(self.dev)
-            for step in range(steps):
-                if step == warmup:
-                    settled = engine.stats()   # the pool's shape is settled from here on
-                self.sync()
-                start = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss = self.task.loss(model, x, y)
-                loss.backward()
-                opt.step()
-                self.sync()
-                times.append(time.perf_counter() - start)
-            ok = bool(torch.isfinite(loss).item())
+            with time_limit(self.time_limit * min(2.0, batch / self.batch)):
+                model = self._model()
+                opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+                x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
+                x, y = x.to(self.dev), y.to(self.dev)
+                for step in range(steps):
+                    if step == warmup:
+                        settled = engine.stats()   # the pool's shape is settled from here on
+                    self.sync()
+                    start = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    loss = self.task.loss(model, x, y)
+                    loss.backward()
+                    opt.step()
+                    self.sync()
+                    times.append(time.perf_counter() - start)
+                ok = bool(torch.isfinite(loss).item())
         except (torch.OutOfMemoryError, TooSlow):
             ok = False
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             del model, opt, x, y, loss
             if getattr(self, "model", None) is not None:   # a failed trial leaves gradients
                 self.model.zero_grad(set_to_none=True)

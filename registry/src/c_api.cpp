@@ -105,6 +105,8 @@ PYALLOC_SHIM_API int pyalloc_registry_thread_enable(int on) {
   return pyalloc::registry::set_thread_enabled(on != 0) ? 1 : 0;
 }
 
+PYALLOC_SHIM_API void pyalloc_registry_interrupt(int on) { registry().interrupt(on != 0); }
+
 PYALLOC_SHIM_API uint64_t pyalloc_registry_evict(const uint64_t* handles, size_t count) {
   if (!handles && count) return 0;
   try {

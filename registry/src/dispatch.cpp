@@ -156,6 +156,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Both outlive the lock: See Note [Releasing outside the lock] in registry.h.
   Burial burial(*this);
   std::optional<Pending> pending;
+  check_interrupt();
   Lock lock(mu_);
   if (!active_.load(std::memory_order_relaxed)) {
     lock.unlock();

@@ -35,6 +35,7 @@
 #include <ATen/core/stack.h>
 
 #include <c10/util/ArrayRef.h>
+#include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/flat_hash_map.h>
 
@@ -121,6 +122,12 @@ class Registry {
   bool active() const { return active_.load(std::memory_order_acquire); }
   // Restores every evicted storage the program still holds (oldest first).
   std::string restore_all();
+  // Makes the next op or restore on any thread fail with an error saying so, once: a
+  // watchdog's way out of an op that thrashes (a benchmark's time limit; a Python signal
+  // handler does not run while backward is in C++). Training state is left as an
+  // out-of-memory error leaves it.
+  // on=false withdraws one not delivered yet.
+  void interrupt(bool on) { interrupt_.store(on, std::memory_order_relaxed); }
 
   // --- the per-op path (dispatch.cpp) ---
   // Runs `op` (redispatched below the fallback with `ks`) with the registry's work around it.
@@ -302,6 +309,13 @@ class Registry {
 
   std::mutex mu_;
   std::atomic<bool> active_{false};
+  std::atomic<bool> interrupt_{false};  // See interrupt()
+  void check_interrupt() {
+    if (interrupt_.load(std::memory_order_relaxed) && interrupt_.exchange(false))
+      TORCH_CHECK(false, "pyalloc: interrupted (Registry.interrupt(): a watchdog stopped an op "
+                         "that was recomputing for too long; the budget is too small to train "
+                         "at a useful speed)");
+  }
   std::uint64_t generation_ = 0;                // guarded by mu_; bumped by start()
   pyalloc_engine* engine_ = nullptr;            // guarded by mu_
   Settings settings_;                           // guarded by mu_

@@ -227,6 +227,7 @@ void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
 }
 
 void Registry::restore(Lock& lock, Node* node) {
+  check_interrupt();
   if (node->clean) {
     try {
       swap_in(lock, node, /*wait=*/true, /*allocated=*/false);
