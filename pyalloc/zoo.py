@@ -47,7 +47,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import weight_norm
 
-from .models import Task
+# The batches pyalloc.models' tasks use are the zoo's too.
+from .models import Task, _images, _segmentation, _tokens
 
 
 @dataclass
@@ -399,29 +400,8 @@ def _masked_classifier_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) 
     return F.cross_entropy(logits, y)
 
 
-# --- data -----------------------------------------------------------------------------------------
+# --- data (images, segmentation maps and token streams: pyalloc.models') ----------------------
 Batch = Callable[[int, torch.Generator], Tuple[torch.Tensor, torch.Tensor]]
-
-
-def _images(size: int, classes: int = 10) -> Batch:
-    def batch(n: int, gen: torch.Generator):
-        return (torch.randn(n, 3, size, size, generator=gen),
-                torch.randint(0, classes, (n,), generator=gen))
-    return batch
-
-
-def _segmentation(size: int, classes: int) -> Batch:
-    def batch(n: int, gen: torch.Generator):
-        return (torch.randn(n, 3, size, size, generator=gen),
-                torch.randint(0, classes, (n, size, size), generator=gen))
-    return batch
-
-
-def _tokens(vocab: int, seq: int) -> Batch:
-    def batch(n: int, gen: torch.Generator):
-        data = torch.randint(0, vocab, (n, seq + 1), generator=gen)
-        return data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    return batch
 
 
 def _padded_sentences(vocab: int, seq: int, classes: int) -> Batch:

@@ -308,7 +308,7 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
       }
     }
     add_reader_locked(node, pending.inputs, pending.leaves);
-    if (pending.task != -1) {  // See Note [Backward nodes] in backward.cpp
+    if (backward) {  // See Note [Backward nodes] in backward.cpp
       backward_nodes_.emplace_back(pending.task, node->handle);
       ++counters_.backward_nodes;
     }

@@ -125,8 +125,7 @@ class Registry {
   // Makes the next op or restore on any thread fail with an error saying so, once: a
   // watchdog's way out of an op that thrashes (a benchmark's time limit; a Python signal
   // handler does not run while backward is in C++). Training state is left as an
-  // out-of-memory error leaves it.
-  // on=false withdraws one not delivered yet.
+  // out-of-memory error leaves it. on=false withdraws one not delivered yet.
   void interrupt(bool on) { interrupt_.store(on, std::memory_order_relaxed); }
 
   // --- the per-op path (dispatch.cpp) ---
@@ -306,16 +305,17 @@ class Registry {
   // Passes that ended by an exception (no final callback ran).
   void end_stale_backwards_locked(Lock& lock);
   static std::int64_t now_ns();
-
-  std::mutex mu_;
-  std::atomic<bool> active_{false};
-  std::atomic<bool> interrupt_{false};  // See interrupt()
+  // Throws the error interrupt() asked for, if one is pending (one relaxed load otherwise).
   void check_interrupt() {
     if (interrupt_.load(std::memory_order_relaxed) && interrupt_.exchange(false))
       TORCH_CHECK(false, "pyalloc: interrupted (Registry.interrupt(): a watchdog stopped an op "
                          "that was recomputing for too long; the budget is too small to train "
                          "at a useful speed)");
   }
+
+  std::mutex mu_;
+  std::atomic<bool> active_{false};
+  std::atomic<bool> interrupt_{false};  // See interrupt()
   std::uint64_t generation_ = 0;                // guarded by mu_; bumped by start()
   pyalloc_engine* engine_ = nullptr;            // guarded by mu_
   Settings settings_;                           // guarded by mu_
