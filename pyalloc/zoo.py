@@ -29,6 +29,9 @@ gives recompute, swap and hybrid something new to get right:
   weight normalization (the weights themselves are computed from parameters every
   step), cropped by slicing, and residual connections.
 * ``zoo_mixer``: an MLP-Mixer: token mixing across patches (transposes) and channel mixing.
+* ``zoo_densenet``: DenseNet-style blocks, each layer reading the concatenation of every
+  earlier output of its block (BN-ReLU-conv-dropout), 1x1 transitions, and a head that pools
+  the feature map by attention from one learned query (``nn.MultiheadAttention``).
 
 Every task is sized for a CPU (a training step well under a second on two cores), with a
 default batch at which activations are at least three quarters of the unconstrained peak:
@@ -349,6 +352,45 @@ class Mixer(nn.Module):
         return self.head(self.norm(h).mean(dim=1))
 
 
+# --- DenseNet-style, with an attention-pooled head -------------------------------------------
+class DenseBlock(nn.Module):
+    """Layers of BN-ReLU-3x3 conv-dropout, each reading ``torch.cat`` of the block's input
+    and every earlier layer's output; returns the concatenation of all of them."""
+
+    def __init__(self, channels: int, growth: int, layers: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(channels + i * growth), nn.ReLU(),
+                          _conv3x3(channels + i * growth, growth), nn.Dropout(dropout))
+            for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth: int = 12, layers: int = 4, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.block1 = DenseBlock(16, growth, layers)
+        self.transition1 = _conv1x1(16 + layers * growth, 32)
+        self.block2 = DenseBlock(32, growth, layers)
+        self.transition2 = _conv1x1(32 + layers * growth, 48)
+        self.query = nn.Parameter(torch.randn(1, 1, 48) * 0.1)
+        self.pool = nn.MultiheadAttention(48, 4, batch_first=True)
+        self.head = nn.Linear(48, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.avg_pool2d(self.transition1(self.block1(self.stem(x))), 2)
+        x = self.transition2(self.block2(x))
+        tokens = x.flatten(2).transpose(1, 2)
+        pooled, _ = self.pool(self.query.expand(x.shape[0], -1, -1), tokens, tokens)
+        return self.head(pooled[:, 0])
+
+
 # --- Hugging Face transformers ---------------------------------------------------------------
 def _transformers():
     try:
@@ -437,6 +479,7 @@ ZOO: Dict[str, Task] = {
     "zoo_mobilenet": ZooTask("zoo_mobilenet", mobilenet, _images(64), 32),
     "zoo_tcn": ZooTask("zoo_tcn", TCN, _signals(8, 512, 10), 16),
     "zoo_mixer": ZooTask("zoo_mixer", lambda: Mixer(32, 4, 64, 4), _images(32), 32),
+    "zoo_densenet": ZooTask("zoo_densenet", DenseNet, _images(32), 32),
 }
 
 # pyalloc.models imports this module at its end, for this: every zoo task is in

@@ -2,7 +2,8 @@
 
 Each zoo task is a model the rest of the suite lacks (a torchvision-style ResNet, a
 residual UNet, GRU and LSTM language models, a ViT, Hugging Face GPT-2, Llama and BERT, a
-MobileNet, a temporal convolutional network, an MLP-Mixer), at a batch where activations
+MobileNet, a temporal convolutional network, an MLP-Mixer, a DenseNet with an attention-
+pooled head), at a batch where activations
 dominate. The tests check, per task:
 
 * that activations are at least three quarters of the unconstrained peak, measured in the
@@ -100,6 +101,7 @@ KNOWN_FAILURES = {
     ("zoo_mobilenet", policy): _SCATTERED for policy in POLICIES} | {
     ("zoo_unet", "swap"): _SCATTERED + "; backward makes no nodes under swap",
     ("zoo_unet", "hybrid"): _SCATTERED + "; backward makes no nodes under hybrid",
+    ("zoo_densenet", "recompute"): _SCATTERED,
 }
 
 
