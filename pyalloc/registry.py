@@ -10,8 +10,11 @@ sees every aten op, forward and backward, with no Python on the way.
   offered to the engine as evictable. Composite ops (``linear``, ``dropout``) are seen
   through to their pieces, so dropout's mask and autocast's casts are nodes too.
 * In-place ops extend the lineage: a storage's contents are a *chain*, its creation
-  followed by the mutations applied to it. Before a storage is written, whatever was
-  recorded from its old contents is restored if evicted and then frozen.
+  followed by the mutations applied to it. What was recorded from an earlier version
+  stays recomputable (replay rebuilds that version from the chain's first steps). A
+  write the chain cannot follow (one op writing several storages, a non-replayable op)
+  first settles what was recorded from the old contents: restored if evicted, then
+  frozen.
 * When an allocation does not fit, the engine chooses victims (evictor.cpp: ``dtr``,
   ``dte`` or ``window``) and calls the registry outside its lock; a victim's storage gives
   its memory back and every tensor and view of it stays valid. Any op that reads an

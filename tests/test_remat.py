@@ -125,25 +125,72 @@ def test_random_ops_replay_bit_for_bit():
     """)
 
 
-def test_inplace_write_to_a_recorded_input_restores_its_readers_first():
+def test_readers_of_an_earlier_version_stay_recomputable():
     run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
         with pyalloc.recompute(min_bytes=0) as reg:
             a = x * 2
-            b = a + 1                       # recorded from a's current contents
+            b = a + 1                       # recorded from a at version 0
             want = b.detach().clone()
-            reg.evict([h for h, n in reg.nodes.items() if n.key == b.untyped_storage()._cdata])
+            reg.evict([reg.node_of(b).handle])
             with torch.no_grad():
-                a.mul_(3)                   # b could no longer be recomputed from a
-            assert torch.equal(b, want)     # restored before the write, then kept
+                a.mul_(3)                   # extends a's chain: b keeps its lineage
+            want_a = a.detach().clone()
+            assert not reg.node_of(b).frozen and reg.node_of(b).evicted
+            assert torch.equal(b, want)     # a at version 0 rebuilt apart from a
+            reg.evict(list(reg.nodes))
+            assert torch.equal(a, want_a) and torch.equal(b, want)
+            assert not reg.node_of(b).frozen and not reg.node_of(a).frozen
+            # A write the chain cannot follow (two storages at once) settles b first:
+            # restored while a's first step can still be replayed, then frozen.
+            c = x * 7
+            reg.evict(list(reg.nodes))
+            with torch.no_grad():
+                torch._foreach_add_([a, c], 1)
             node_b = reg.node_of(b)
             assert node_b.frozen and not node_b.evicted
+            assert torch.equal(b, want)
+            assert torch.equal(a, want_a + 1)
             a2 = x * 5
             a2.relu_()                      # an in-place chain on a fresh storage
             a2.add_(1)
             want2 = a2.detach().clone()
             reg.evict(list(reg.nodes))
             assert torch.equal(a2, want2)
+    """)
+
+
+def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind():
+    # Autograd sums a skip connection's two gradients in place, into the one that came
+    # down the skip, after the branch read it: a cycle of readers through an earlier
+    # version (Note [Readers of an earlier version]), evicted here in the middle of
+    # backward and replayed, then gone when the pass ends.
+    run_unit("""
+        torch.manual_seed(0)
+        lin1, lin2, lin3 = (torch.nn.Linear(256, 256) for _ in range(3))
+        params = [p for m in (lin1, lin2, lin3) for p in m.parameters()]
+        x = torch.randn(512, 256)
+
+        def loss_of(reg=None):
+            h = lin1(x)
+            y = h + lin2(torch.relu(h))
+            if reg is not None:           # evict everything once h's gradient is summed
+                h.register_hook(lambda g: (reg.evict(list(reg.nodes)), None)[1])
+            return lin3(torch.tanh(y)).square().mean()
+
+        loss_of().backward()
+        want = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        with pyalloc.recompute(min_bytes=0) as reg:
+            for step in range(3):
+                loss_of(reg).backward()
+                assert all(torch.equal(p.grad, w) for p, w in zip(params, want)), step
+                # Frozen: only the gradients the program keeps, once each pass ends.
+                assert reg.recomputes > 0 and reg.frozen == len(params) * (step + 1), reg.frozen
+                assert len(reg.nodes) == 0, len(reg.nodes)
+                for p in params:
+                    p.grad = None
     """)
 
 

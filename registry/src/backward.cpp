@@ -102,7 +102,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     }
     for (const Step& step : node->steps)  // what only its lineage read may go too
       for (const Ref& ref : step.rec->refs) dead.push_back(ref.node);
-    freeze_locked(node);
+    freeze_now(lock, node);
   }
   release_dead_locked(dead);  // lineage only survivors needed goes, then what only it read
   for (Handle h : survivors) {

@@ -207,20 +207,21 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     if (in_backward && settings_.prefetch > 0)
       for (Node* node : used) prefetch_after(lock, node);
   }
-  // 2. What it writes loses the readers recorded from its old contents.
+  // 2. What it writes loses the readers recorded from its old contents, unless the write
+  // extends a chain (See Note [Readers of an earlier version] in registry.cpp).
   NodeList targets;
+  KeyList written_keys;
   for (std::uint16_t pos : info.written) {
     if (pos >= info.num_arguments) continue;
-    KeyList keys;
     for_each_tensor((*stack)[first + pos], [&](const at::Tensor& t) {
-      if (c10::StorageImpl* key = storage_of(t)) keys.push_back(key);
-    });
-    for (const c10::StorageImpl* key : keys) {
-      invalidate_readers(lock, key);
+      c10::StorageImpl* key = storage_of(t);
+      if (!key || std::find(written_keys.begin(), written_keys.end(), key) != written_keys.end())
+        return;
+      written_keys.push_back(key);
       Node* node = by_key_locked(key);
       if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
         targets.push_back(node);
-    }
+    });
   }
   // 3. What it makes from tensors that require grad is an activation: recorded, unless
   // replaying it would write a registered storage again (then only the write is). The
@@ -229,7 +230,14 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       !foreign && (!info.nondeterministic || at::globalContext().deterministicAlgorithms());
   const bool writes_node = !targets.empty();
   const bool creates = replayable && !writes_node && may_create && !info.aliases_only;
-  const bool extends = writes_node && extends_chain_locked(targets, replayable);
+  bool extends = writes_node && extends_chain_locked(targets, replayable);
+  const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
+  for (const c10::StorageImpl* key : written_keys)  // what else it writes first
+    if (key != chained) invalidate_readers(lock, key);
+  if (extends) {  // a reader of what else it wrote may have been the target
+    extends = !targets.front()->frozen;
+    invalidate_readers(lock, chained, /*keep=*/extends);
+  }
   if (creates || extends) {
     pending.emplace();
     prepare_locked(op, info, arguments, &*pending);

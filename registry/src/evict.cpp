@@ -114,7 +114,9 @@ bool Registry::evict_locked(Node* node, bool eager) {
   if (!s->resizable()) {  // not the allocator's memory to free: keep it, as it is
     drop_copy_locked(node);
     node->fixed = true;
-    freeze_locked(node);
+    // Its lineage goes (never evicted, never recomputed), unless readers of its earlier
+    // versions still replay through it (Note [Readers of an earlier version]).
+    if (!node->stale_readers) freeze_locked(node);
     return false;
   }
   Route route = route_locked(node, eager);

@@ -101,7 +101,9 @@ struct Node {
   c10::Device device;
   c10::SmallVector<Step, 1> steps;  // creation, then in-place steps; empty once frozen
   double cost = 0;                // bringing it back by replaying `steps`
-  std::uint32_t version = 0;      // in-place ops seen
+  std::uint32_t version = 0;      // in-place ops seen (with lineage: steps.size() - 1)
+  std::int64_t partial = -1;      // midway through a restore: the version its data has
+  bool stale_readers = false;     // read at an earlier version too (registry.cpp)
   c10::SmallVector<Handle, 2> readers;  // nodes recorded from the current contents
   int pins = 0;                   // ops and replays using it now
   std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch

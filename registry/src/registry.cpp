@@ -344,18 +344,86 @@ void Registry::record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> tar
 
 // --- writes ----------------------------------------------------------------------------------
 
-void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key) {
+// Note [Readers of an earlier version]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A write that extends a node's chain leaves its earlier contents recomputable: they are
+// the chain's first steps. So the ops recorded from them keep their lineage, with a Ref to
+// the version they read, and replaying one rebuilds that version apart from the node — or
+// takes it from the node itself when the node is midway through its own restore and holds
+// that version (restoring `g` after `g.add_(c)`, where `c` was made from `g`, passes
+// through exactly that). Nothing is frozen or rebuilt at the write. Backward does this in
+// every residual block: autograd sums the two gradients of a skip connection in place,
+// into the gradient that went down the skip, after the block's batch norm backward read
+// it; freezing what was made from it, or rebuilding the dead batch norm gradient to hold
+// it, made the CNN's unconstrained backward hold twice stock's memory (57 MiB where stock
+// held 29) and replay 18 ops a step with nothing evicted.
+// A chain frozen later (a write it cannot follow, the end of a backward pass) takes its
+// early versions with it, so its readers of those are settled first, like any reader of
+// overwritten contents (settle_readers_locked).
+void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep) {
   c10::SmallVector<Handle, 4> readers;
-  if (Node* node = by_key_locked(key)) {
+  Node* node = by_key_locked(key);
+  if (node) {
     if (node->readers.empty()) return;
+    if (keep) {
+      node->stale_readers = true;
+      return;
+    }
     readers.assign(node->readers.begin(), node->readers.end());
     node->readers.clear();
+    node->stale_readers = false;
   } else {
     auto it = leaf_readers_.find(key);
     if (it == leaf_readers_.end()) return;
     readers.assign(it->second.begin(), it->second.end());
     leaf_readers_.erase(it);
   }
+  settle_readers_locked(lock, readers, [&](c10::ArrayRef<Handle> rest) {
+    // The write will not happen (the op fails): the readers not yet frozen still read the
+    // current contents.
+    if (Node* n = by_key_locked(key)) {
+      n->readers.insert(n->readers.end(), rest.begin(), rest.end());
+    } else {
+      auto& leaf = leaf_readers_[key];
+      leaf.insert(leaf.end(), rest.begin(), rest.end());
+    }
+  });
+}
+
+bool Registry::reads_earlier_locked(const Node* reader, const Node* node) const {
+  for (const Step& step : reader->steps)
+    for (const Ref& ref : step.rec->refs)
+      if (ref.node == node->handle && ref.version < node->version) return true;
+  return false;
+}
+
+void Registry::freeze_now(Lock& lock, Node* node) {
+  if (node->frozen) return;
+  if (node->stale_readers) {
+    const Handle h = node->handle;
+    c10::SmallVector<Handle, 4> stale;
+    c10::SmallVector<Handle, 2> current;
+    for (Handle r : node->readers) {
+      const Node* reader = find_locked(r);
+      if (reader && reads_earlier_locked(reader, node)) stale.push_back(r);
+      else current.push_back(r);
+    }
+    node->readers.assign(current.begin(), current.end());
+    node->stale_readers = false;
+    settle_readers_locked(lock, stale, [&](c10::ArrayRef<Handle> rest) {
+      if (Node* n = find_locked(h)) {
+        n->readers.insert(n->readers.end(), rest.begin(), rest.end());
+        n->stale_readers = true;
+      }
+    });
+    node = find_locked(h);
+    if (!node || node->frozen) return;
+  }
+  freeze_locked(node);
+}
+
+template <typename PutBack>
+void Registry::settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, PutBack&& put_back) {
   bool swept = false;
   for (std::size_t i = 0; i < readers.size(); ++i) {
     Node* reader = find_locked(readers[i]);
@@ -376,27 +444,60 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key) {
         forget_locked(reader);  // nothing uses it: no need to keep it recomputable
         continue;
       }
+      if (reader->dead && freeze_dependents_locked(lock, reader)) continue;
     }
-    if (reader->evicted) {
-      try {
+    try {
+      if (reader->evicted) {
         restore_now(lock, reader);  // while its inputs still hold what it was made from
-      } catch (...) {
-        // The write will not happen (the op fails): the readers not yet frozen still read
-        // the current contents.
-        std::vector<Handle> rest(readers.begin() + static_cast<std::ptrdiff_t>(i), readers.end());
-        if (Node* node = by_key_locked(key)) {
-          node->readers.insert(node->readers.end(), rest.begin(), rest.end());
-        } else {
-          auto& leaf = leaf_readers_[key];
-          leaf.insert(leaf.end(), rest.begin(), rest.end());
-        }
-        throw;
+        reader = find_locked(readers[i]);
+        if (!reader) continue;
       }
-      reader = find_locked(readers[i]);
-      if (!reader) continue;
+      freeze_now(lock, reader);
+    } catch (...) {
+      put_back(readers.slice(i));
+      throw;
     }
-    freeze_locked(reader);
   }
+}
+
+// Note [Writes under dead readers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A storage about to be overwritten was read by an op whose result is dead (the program
+// let it go) but still needed as lineage: live nodes were made from it, directly or
+// through more dead ones. Once the write lands, nothing could rebuild it. Rebuilding it
+// now, to hold it, costs a replay and its bytes for as long as those live nodes last; the
+// live nodes themselves are on the device already (when none was evicted), and freezing
+// them costs neither. When a live dependent is evicted, bringing it back would rebuild
+// the dead reader anyway: then the dead reader is rebuilt and kept, as any reader is.
+bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
+  c10::SmallVector<Handle, 4> live;
+  c10::SmallVector<Handle, 16> dead_nodes{dead->handle};
+  const std::uint64_t visit = ++charge_visit_;  // a walk of its own, with the charge's stamp
+  charge_stack_.clear();
+  charge_stack_.push_back(dead);
+  while (!charge_stack_.empty()) {
+    const Node* from = charge_stack_.back();
+    charge_stack_.pop_back();
+    for (Handle h : from->readers) {
+      Node* reader = find_locked(h);
+      if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
+      reader->charge_visit = visit;
+      if (!reader->dead && reader->weak.expired()) mark_dead_locked(reader);
+      if (reader->dead) {
+        if (reader->pins) return false;  // being replayed: leave it to the rebuild
+        charge_stack_.push_back(reader);
+        dead_nodes.push_back(reader->handle);
+      } else if (reader->evicted) {
+        return false;
+      } else {
+        live.push_back(reader->handle);
+      }
+    }
+  }
+  for (Handle h : live)
+    if (Node* node = find_locked(h)) freeze_now(lock, node);
+  release_dead_locked(dead_nodes);  // no lineage reads them now
+  return true;
 }
 
 void Registry::freeze_locked(Node* node) {
@@ -556,13 +657,44 @@ void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
     work.pop_back();
     if (!node || node->pins) continue;
     if (!node->dead && node->weak.expired()) mark_dead_locked(node);
-    if (program_holds_locked(node) || has_readers_locked(node)) continue;
+    if (program_holds_locked(node)) continue;
+    if (has_readers_locked(node)) {
+      if (node->stale_readers && node->dead) forget_dead_cycle_locked(node, work);
+      continue;
+    }
     for (const Step& step : node->steps) {  // its inputs lose a reader: look at them again
       for (const Ref& ref : step.rec->refs)
         if (ref.node != node->handle) work.push_back(ref.node);
     }
     forget_locked(node);
   }
+}
+
+// Readers of an earlier version close cycles of readers: `g.add_(c)` after `b` read `g`
+// and `c` was made from `b` gives g -> b -> c -> g. Once all of a cycle is dead, each of
+// its nodes still has a reader and none is ever forgotten, so a dead node with such
+// readers has what it feeds walked: if nothing there is live, pinned or held by the
+// program, all of it goes.
+bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>& work) {
+  c10::SmallVector<Node*, 16> members{node};
+  const std::uint64_t visit = ++charge_visit_;
+  node->charge_visit = visit;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    for (Handle h : members[i]->readers) {
+      Node* reader = find_locked(h);
+      if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
+      reader->charge_visit = visit;
+      if (!reader->dead && reader->weak.expired()) mark_dead_locked(reader);
+      if (!reader->dead || reader->pins || program_holds_locked(reader)) return false;
+      members.push_back(reader);
+    }
+  }
+  for (Node* member : members)
+    for (const Step& step : member->steps)
+      for (const Ref& ref : step.rec->refs)
+        if (ref.node != member->handle) work.push_back(ref.node);
+  for (Node* member : members) forget_locked(member);
+  return true;
 }
 
 void Registry::sweep_locked(bool tidy) {
@@ -581,6 +713,15 @@ void Registry::sweep_locked(bool tidy) {
       ++counters_.eager_evictions;  // a storage only lineage needed (the registry's own)
     }
   }
+  // Dead cycles through readers of earlier versions (see forget_dead_cycle_locked).
+  c10::SmallVector<Handle, 16> cyclic, work;
+  for (Node* node = nodes_.oldest(); node; node = node->newer)
+    if (node->stale_readers && node->dead && !node->pins) cyclic.push_back(node->handle);
+  for (Handle h : cyclic) {
+    Node* node = find_locked(h);
+    if (node && !program_holds_locked(node)) forget_dead_cycle_locked(node, work);
+  }
+  release_dead_locked(work);
   if (!tidy) return;
   for (auto it = leaf_readers_.begin(); it != leaf_readers_.end();) {
     auto& readers = it->second;

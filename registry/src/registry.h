@@ -230,8 +230,22 @@ class Registry {
   double cost_locked(const Pending& pending, c10::ArrayRef<const at::Tensor*> outputs,
                      std::int64_t elapsed_ns) const;
   // The storage `key` is about to be written: what was recorded from its contents is
-  // restored (while it still can be) and frozen.
-  void invalidate_readers(Lock& lock, const c10::StorageImpl* key);
+  // restored (while it still can be) and frozen — unless `keep`, a write extending its
+  // node's chain (See Note [Readers of an earlier version] in registry.cpp).
+  void invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep = false);
+  // What `readers` (handles) were recorded from is about to change or be lost: each is
+  // forgotten, or has its live dependents frozen, or is restored and frozen. On an error,
+  // the ones not settled are passed to `put_back` and the error is rethrown.
+  template <typename PutBack>
+  void settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, PutBack&& put_back);
+  // Whether `reader` was recorded from an earlier version of `node`.
+  bool reads_earlier_locked(const Node* reader, const Node* node) const;
+  // Freezes `node` after settling its readers of earlier versions.
+  void freeze_now(Lock& lock, Node* node);
+  // `dead` is about to lose its contents' source: the live nodes made from it (through
+  // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
+  // nothing changed, when one of them is evicted. See Note [Writes under dead readers].
+  bool freeze_dependents_locked(Lock& lock, Node* dead);
   void freeze_locked(Node* node);
   bool has_readers_locked(const Node* node);
   // Whether anything besides the registry holds the node's storage.
@@ -251,6 +265,9 @@ class Registry {
   // Forgets the nodes of `work` (handles) that nothing needs any more, and then whatever
   // only they read.
   void release_dead_locked(c10::SmallVectorImpl<Handle>& work);
+  // Forgets `node` (dead) and every node it feeds when all of them are dead and unheld:
+  // a cycle through readers of earlier versions. Their inputs go to `work`.
+  bool forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>& work);
   // Looks at every node: forgets those nothing needs and evicts those only lineage needs.
   // The backstop of notice_deaths_locked(), every few thousand ops and whenever the engine
   // asks for memory.
@@ -276,9 +293,13 @@ class Registry {
   void unpin_all_locked(c10::ArrayRef<Node*> nodes);
   void restore(Lock& lock, Node* node);  // the caller pinned it
   void restore_now(Lock& lock, Node* node);
-  // Replays one recorded op; `target` is the node an in-place step rebuilds. Returns its
-  // results (tensors only, in order).
-  std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target);
+  // Replays one recorded op; `target` is the node an in-place step rebuilds (in `into`
+  // instead of its own storage, if given). Returns its results (tensors only, in order).
+  std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target,
+                                 c10::intrusive_ptr<c10::StorageImpl> into = {});
+  // The contents `node` had at `version` (an earlier one), rebuilt from the first steps
+  // of its chain into a storage of their own. See Note [Readers of an earlier version].
+  c10::intrusive_ptr<c10::StorageImpl> version_of(Lock& lock, Node* node, std::uint32_t version);
   // Moves (or copies) `fresh`'s bytes into `node`'s storage, which becomes resident.
   void install(Lock& lock, Node* node, const at::Tensor& fresh);
   at::Tensor view_of_locked(Node* node, const Ref& ref);

@@ -130,32 +130,63 @@ at::Tensor Registry::view_of_locked(Node* node, const Ref& ref) {
   return tensor_on(node->storage(), ref.dtype, ref.sizes, ref.strides, ref.offset);
 }
 
-std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* target) {
+std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* target,
+                                        c10::intrusive_ptr<c10::StorageImpl> into) {
   const Recording& rec = *step.rec;
   const Handle target_handle = target ? target->handle : 0;
   PinScope inputs(*this);
   NodeList needed;
+  c10::SmallVector<const Ref*, 2> earlier;  // inputs read at a version they have left
   for (const Ref& ref : rec.refs) {
     if (ref.node == target_handle) continue;
     Node* node = find_locked(ref.node);
     TORCH_CHECK(node, "pyalloc: cannot recompute a tensor: an input it was made from was "
                       "forgotten. This is a registry bug; please report it.");
-    TORCH_CHECK(node->version == ref.version,
-                "pyalloc: cannot recompute a tensor: its input was modified in place after it "
-                "was recorded (version ", node->version, ", recorded ", ref.version,
-                "). This is a registry bug; please report it.");
+    if (node->version != ref.version) {
+      TORCH_CHECK(ref.version < node->version && node->lineage() &&
+                      node->version + 1 == node->steps.size(),
+                  "pyalloc: cannot recompute a tensor: its input was modified in place after "
+                  "it was recorded (version ", node->version, ", recorded ", ref.version,
+                  "). This is a registry bug; please report it.");
+      earlier.push_back(&ref);
+      continue;
+    }
     if (std::find(needed.begin(), needed.end(), node) == needed.end()) needed.push_back(node);
   }
   pin_all(lock, needed);
   inputs.nodes = needed;
+  // Inputs read at an earlier version: rebuilt apart from the node (See Note [Readers of
+  // an earlier version] in registry.cpp), unless the node holds that version now, midway
+  // through its own restore.
+  c10::SmallVector<std::pair<const Ref*, c10::intrusive_ptr<c10::StorageImpl>>, 2> rebuilt;
+  for (const Ref* ref : earlier) {
+    Node* node = find_locked(ref->node);
+    TORCH_CHECK(node, "pyalloc: cannot recompute a tensor: an input it was made from was "
+                      "forgotten. This is a registry bug; please report it.");
+    if (!node->evicted && node->partial == static_cast<std::int64_t>(ref->version)) {
+      pin_locked(node);
+      inputs.nodes.push_back(node);
+      rebuilt.emplace_back(ref, node->storage());
+    } else {
+      rebuilt.emplace_back(ref, version_of(lock, node, ref->version));
+    }
+  }
   // The arguments, with each Ref rebuilt as a tensor on its (now resident) storage. Lists
   // are copied before an element is set: the recording's lists are shared.
   torch::jit::Stack stack(rec.args.begin(), rec.args.end());
   for (std::uint16_t arg : rec.wrapped) stack[arg] = wrap_number(stack[arg].toScalar());
   std::vector<std::uint16_t> copied;
   for (const Ref& ref : rec.refs) {
-    Node* node = ref.node == target_handle ? target : find_locked(ref.node);
-    at::Tensor t = view_of_locked(node, ref);
+    at::Tensor t;
+    auto found = std::find_if(rebuilt.begin(), rebuilt.end(),
+                              [&](const auto& e) { return e.first == &ref; });
+    if (found != rebuilt.end()) {
+      t = tensor_on(found->second, ref.dtype, ref.sizes, ref.strides, ref.offset);
+    } else if (ref.node == target_handle && into) {
+      t = tensor_on(into, ref.dtype, ref.sizes, ref.strides, ref.offset);
+    } else {
+      t = view_of_locked(ref.node == target_handle ? target : find_locked(ref.node), ref);
+    }
     c10::IValue& slot = stack[ref.arg];
     if (ref.element < 0) {
       slot = t;
@@ -259,8 +290,13 @@ void Registry::restore(Lock& lock, Node* node) {
     install(lock, node, fresh);
   }
   try {
-    for (std::size_t i = 1; i < steps.size(); ++i) replay(lock, steps[i], node);  // in place
+    for (std::size_t i = 1; i < steps.size(); ++i) {  // in place
+      node->partial = static_cast<std::int64_t>(i) - 1;
+      replay(lock, steps[i], node);
+    }
+    node->partial = -1;
   } catch (...) {
+    node->partial = -1;
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
     if (s) free_data_locked(node, s.get());  // half restored is not restored
     node->evicted = true;
@@ -269,6 +305,22 @@ void Registry::restore(Lock& lock, Node* node) {
   ++counters_.recomputes;
   counters_.recompute_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::steady_clock::now() - start).count();
+}
+
+c10::intrusive_ptr<c10::StorageImpl> Registry::version_of(Lock& lock, Node* node,
+                                                          std::uint32_t version) {
+  const c10::SmallVector<Step, 1> steps(node->steps.begin(),
+                                        node->steps.begin() + version + 1);
+  std::vector<at::Tensor> out = replay(lock, steps.front(), nullptr);
+  TORCH_CHECK(steps.front().output < out.size() && out[steps.front().output].defined(),
+              "pyalloc: recomputing ", steps.front().rec->op.schema().name(),
+              " gave fewer results than recorded. This is a registry bug; please report it.");
+  c10::intrusive_ptr<c10::StorageImpl> storage =
+      c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage_of(out[steps.front().output]));
+  out.clear();
+  for (std::size_t i = 1; i < steps.size(); ++i) replay(lock, steps[i], node, storage);
+  ++counters_.recomputes;
+  return storage;
 }
 
 std::string Registry::restore_all() {
