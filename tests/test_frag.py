@@ -512,8 +512,9 @@ def test_storages_moved_mid_step_under_a_binding_budget_mix_with_evictions_bit_i
     # cut from the end of their free block, eviction alone reaches 0.48 of it, so the rung
     # is driven here on purpose. The crafted layout above is where it is needed.)
     # 0.5 is out: since backward makes nodes (Note [Backward nodes]) it runs out of memory
-    # there, with 23.9 of 24 MiB allocated in backward (issue 21's note; a regression under
-    # investigation, not a property of compaction).
+    # there in backward, asking 2.25 MiB with 5.75 MiB evictable in 5 blocks, none of them
+    # next to enough free space: where evictable storages are placed (issue 21, placement),
+    # not a property of compaction.
     free = train("inplace_mlp", "2GiB", steps=6, batch=1536, lifetime_classes="false")
     mixed = []
     for fraction in (0.55, 0.6, 0.65, 0.7):
