@@ -482,8 +482,8 @@ bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
       Node* reader = find_locked(h);
       if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
       reader->charge_visit = visit;
-      if (!reader->dead && reader->weak.expired()) mark_dead_locked(reader);
-      if (reader->dead) {
+      // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
+      if (reader->dead || reader->weak.expired()) {
         if (reader->pins) return false;  // being replayed: leave it to the rebuild
         charge_stack_.push_back(reader);
         dead_nodes.push_back(reader->handle);
@@ -684,8 +684,9 @@ bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>
       Node* reader = find_locked(h);
       if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
       reader->charge_visit = visit;
-      if (!reader->dead && reader->weak.expired()) mark_dead_locked(reader);
-      if (!reader->dead || reader->pins || program_holds_locked(reader)) return false;
+      // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
+      const bool dead = reader->dead || reader->weak.expired();
+      if (!dead || reader->pins || program_holds_locked(reader)) return false;
       members.push_back(reader);
     }
   }
