@@ -460,6 +460,29 @@ void Registry::settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, 
   }
 }
 
+template <typename Visit>
+bool Registry::walk_readers_locked(const Node* start, Visit&& visit) {
+  const std::uint64_t stamp = ++charge_visit_;
+  charge_stack_.clear();
+  charge_stack_.push_back(start);
+  while (!charge_stack_.empty()) {
+    const Node* from = charge_stack_.back();
+    charge_stack_.pop_back();
+    for (Handle h : from->readers) {
+      Node* reader = find_locked(h);
+      if (!reader || reader == start || !reader->lineage() || reader->charge_visit == stamp)
+        continue;
+      reader->charge_visit = stamp;
+      switch (visit(reader)) {
+        case Walk::kInto: charge_stack_.push_back(reader); break;
+        case Walk::kOver: break;
+        case Walk::kStop: return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Note [Writes under dead readers]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A storage about to be overwritten was read by an op whose result is dead (the program
@@ -472,28 +495,18 @@ void Registry::settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, 
 bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
   c10::SmallVector<Handle, 4> live;
   c10::SmallVector<Handle, 16> dead_nodes{dead->handle};
-  const std::uint64_t visit = ++charge_visit_;  // a walk of its own, with the charge's stamp
-  charge_stack_.clear();
-  charge_stack_.push_back(dead);
-  while (!charge_stack_.empty()) {
-    const Node* from = charge_stack_.back();
-    charge_stack_.pop_back();
-    for (Handle h : from->readers) {
-      Node* reader = find_locked(h);
-      if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
-      reader->charge_visit = visit;
-      // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
-      if (reader->dead || reader->weak.expired()) {
-        if (reader->pins) return false;  // being replayed: leave it to the rebuild
-        charge_stack_.push_back(reader);
-        dead_nodes.push_back(reader->handle);
-      } else if (reader->evicted) {
-        return false;
-      } else {
-        live.push_back(reader->handle);
-      }
+  const bool all_resident = walk_readers_locked(dead, [&](Node* reader) {
+    // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
+    if (reader->dead || reader->weak.expired()) {
+      if (reader->pins) return Walk::kStop;  // being replayed: leave it to the rebuild
+      dead_nodes.push_back(reader->handle);
+      return Walk::kInto;
     }
-  }
+    if (reader->evicted) return Walk::kStop;
+    live.push_back(reader->handle);
+    return Walk::kOver;
+  });
+  if (!all_resident) return false;
   for (Handle h : live)
     if (Node* node = find_locked(h)) freeze_now(lock, node);
   release_dead_locked(dead_nodes);  // no lineage reads them now
@@ -557,25 +570,12 @@ void Registry::mark_dead_locked(Node* node) {
 // both ways).
 void Registry::charge_readers_locked(const Node* dead) {
   if (!dead->lineage() || dead->backward || dead->readers.empty()) return;
-  const std::uint64_t visit = ++charge_visit_;
-  charge_stack_.clear();
-  charge_stack_.push_back(dead);
-  while (!charge_stack_.empty()) {
-    const Node* from = charge_stack_.back();
-    charge_stack_.pop_back();
-    for (Handle h : from->readers) {
-      Node* reader = find_locked(h);
-      if (!reader || reader == dead || !reader->lineage() || reader->charge_visit == visit)
-        continue;
-      reader->charge_visit = visit;
-      if (reader->dead) {
-        charge_stack_.push_back(reader);  // rebuilt only after `dead`: its readers pay
-        continue;
-      }
-      reader->cost += dead->cost;
-      if (reader->marked) mark_locked(reader);  // set_evictable updates the engine's cost
-    }
-  }
+  walk_readers_locked(dead, [&](Node* reader) {
+    if (reader->dead) return Walk::kInto;  // rebuilt only after `dead`: its readers pay
+    reader->cost += dead->cost;
+    if (reader->marked) mark_locked(reader);  // set_evictable updates the engine's cost
+    return Walk::kOver;
+  });
 }
 
 void Registry::adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage) {
@@ -677,19 +677,14 @@ void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
 // program, all of it goes.
 bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>& work) {
   c10::SmallVector<Node*, 16> members{node};
-  const std::uint64_t visit = ++charge_visit_;
-  node->charge_visit = visit;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    for (Handle h : members[i]->readers) {
-      Node* reader = find_locked(h);
-      if (!reader || !reader->lineage() || reader->charge_visit == visit) continue;
-      reader->charge_visit = visit;
-      // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
-      const bool dead = reader->dead || reader->weak.expired();
-      if (!dead || reader->pins || program_holds_locked(reader)) return false;
-      members.push_back(reader);
-    }
-  }
+  const bool all_dead = walk_readers_locked(node, [&](Node* reader) {
+    // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
+    const bool dead = reader->dead || reader->weak.expired();
+    if (!dead || reader->pins || program_holds_locked(reader)) return Walk::kStop;
+    members.push_back(reader);
+    return Walk::kInto;
+  });
+  if (!all_dead) return false;
   for (Node* member : members)
     for (const Step& step : member->steps)
       for (const Ref& ref : step.rec->refs)

@@ -255,6 +255,14 @@ class Registry {
   void mark_dead_locked(Node* node);
   // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
   void charge_readers_locked(const Node* dead);
+  // Walks what was recorded from `start`, and from those, and so on: each node with
+  // lineage once, `start` never. `visit(reader)` says whether to go on through the
+  // reader's own readers (kInto), not (kOver), or to end the walk (kStop: returns false).
+  // One walk at a time (the stamp and the work list are shared): `visit` must not start
+  // another (mark_dead_locked does).
+  enum class Walk { kInto, kOver, kStop };
+  template <typename Visit>
+  bool walk_readers_locked(const Node* start, Visit&& visit);
   // A dead node's contents come back in `storage`, the registry's own from now on.
   void adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage);
   void forget_locked(Node* node);
@@ -363,7 +371,7 @@ class Registry {
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
   std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
-  // charge_readers_locked's walk (guarded by mu_): its stamp and its work list.
+  // walk_readers_locked's (guarded by mu_): its stamp and its work list.
   std::uint64_t charge_visit_ = 0;
   std::vector<const Node*> charge_stack_;
   std::uint64_t owner_thread_ = 0;              // the thread that started it
