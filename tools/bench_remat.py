@@ -58,6 +58,7 @@ from pyalloc.bench_suite import TooSlow, largest_batch, time_limit  # noqa: E402
 
 STRATEGIES = ("dtr", "dte", "window")
 CONFIGS = ("baseline", "checkpoint") + STRATEGIES + ("floor",)
+SKIPPABLE = ("min-budget", "max-batch", "overhead")
 
 
 # --- worker: one configuration, in its own process ------------------------------------------
@@ -336,14 +337,17 @@ def worker_main(args: argparse.Namespace) -> None:
         out["min_budget"] = out["floor"]["bytes"] / peak if peak else None
         print("RESULT " + json.dumps(out), flush=True)
         return
-    out["overhead"] = w.overhead_per_op(unlimited, max(args.steps, 6))
+    skip = set(args.skip or ())
+    out["overhead"] = None if "overhead" in skip else w.overhead_per_op(unlimited, max(args.steps, 6))
     if peak:
-        out["min_budget"] = w.min_budget(peak)
-        if out["min_budget"] and w.config != "baseline":
-            out["fails_above_min"] = w.gaps_above(peak, out["min_budget"])
+        if "min-budget" not in skip:
+            out["min_budget"] = w.min_budget(peak)
+            if out["min_budget"] and w.config != "baseline":
+                out["fails_above_min"] = w.gaps_above(peak, out["min_budget"])
         for frac in (0.9, 0.5):
             out[f"at_{frac}"] = w.trial(int(frac * peak), args.batch, args.steps, warmup=2)
-        out["max_batch"] = w.max_batch(peak)
+        if "max-batch" not in skip:
+            out["max_batch"] = w.max_batch(peak)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -361,10 +365,13 @@ def parse_options(pairs: Optional[List[str]]) -> Dict[str, str]:
 
 
 def run_worker(task: str, config: str, device: str, batch: int, steps: int, peak: Optional[int],
-               capacity: int, options: Optional[List[str]] = None) -> Dict[str, Any]:
+               capacity: int, options: Optional[List[str]] = None,
+               skip: Optional[List[str]] = None) -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", "--task", task, "--config", config,
            "--device", device, "--batch", str(batch), "--steps", str(steps),
            "--capacity", str(capacity)]
+    if skip:
+        cmd += ["--skip", *skip]
     for pair in options or []:
         cmd += ["--option", pair]
     if peak:
@@ -427,9 +434,10 @@ def table(results: List[Dict[str, Any]]) -> str:
             holes = f" (fails at {', '.join(f'{g:.2f}' for g in gaps)})" if gaps else ""
             rows.append(
                 f"| {task} | {config} | {mb:.2f}{holes} |" if mb else f"| {task} | {config} | — |")
+            batch_cell = (f"{capped}{batch} ({capped}{batch / base_batch:.2f}x)"
+                          if batch and base_batch else "—")
             rows[-1] += (f" {_ratio(r.get('at_0.9'), base_free)} | {_ratio(at5, base_free)} | "
-                         f"{capped}{batch} ({capped}{batch / base_batch:.2f}x) | {per_step} | {overhead} |"
-                         if base_batch else " — | — | — | — | — |")
+                         f"{batch_cell} | {per_step} | {overhead} |")
     return "\n".join(rows)
 
 
@@ -446,6 +454,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="an engine option for every configuration, e.g. stitch=false "
                         "(repeatable)")
+    p.add_argument("--skip", nargs="+", choices=SKIPPABLE, metavar="FIGURE",
+                   help="leave out the slow searches, e.g. to time steps on a short GPU "
+                        f"lease: {', '.join(SKIPPABLE)} (their columns stay empty)")
     # Worker mode (internal).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--task", help=argparse.SUPPRESS)
@@ -481,7 +492,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             batch = args.batch or TASKS[task].default_batch
             r = run_worker(task, config, args.device, batch, args.steps,
                            peaks.get(task) if config != "baseline" else None, capacity,
-                           args.option)
+                           args.option, args.skip)
             if config == "baseline":
                 peaks[task] = r.get("peak")
             r["batch"] = batch

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ENGINE_KEYS = ("num_sync_all_streams", "num_segment_maps", "num_segment_unmaps", "num_stitches",
-               "num_evictions", "num_alloc_retries", "num_stream_fences")
+               "num_evictions", "num_alloc_retries", "num_stream_fences", "num_ooms", "num_evict_rounds")
 REGISTRY_KEYS = ("recomputes", "swap_outs", "swap_ins", "prefetches", "eager_evictions")
 
 
@@ -39,6 +39,10 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--cprofile", action="store_true", help="cProfile the main thread's Python")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--torch-profile", action="store_true",
+                   help="torch.profiler over the steps under the policy: the ops with the most "
+                        "host time and the most device time (is the added time the host's or "
+                        "the device's?)")
     args = p.parse_args()
     import torch
     import pyalloc
@@ -80,14 +84,24 @@ def main() -> int:
         plain = steps(args.steps)
     engine.set_budget(int(args.fraction * peak))
     steps(2)   # warm-up under the budget: the layout settles
-    before, reg_before = engine.stats(), reg.stats()
+    before, reg_before, blocked_before = engine.stats(), reg.stats(), engine.blocked_ns()
     profile = cProfile.Profile() if args.cprofile else None
     if profile:
         profile.enable()
-    tight = steps(args.steps)
+    if args.torch_profile:
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+        with torch_profile(activities=activities) as prof:
+            tight = steps(args.steps)
+        averages = prof.key_averages()
+        print(averages.table(sort_by="self_cpu_time_total", row_limit=args.top))
+        if dev == "cuda":
+            print(averages.table(sort_by="self_device_time_total", row_limit=args.top))
+    else:
+        tight = steps(args.steps)
     if profile:
         profile.disable()
-    after, reg_after = engine.stats(), reg.stats()
+    after, reg_after, blocked_after = engine.stats(), reg.stats(), engine.blocked_ns()
     n = args.steps
     print(f"{args.task} on {args.device}: step {plain * 1e3:.1f} ms without the registry, "
           f"{free * 1e3:.1f} ms with it and no pressure ({free / plain:.2f}x), "
@@ -99,6 +113,12 @@ def main() -> int:
           ", ".join(f"{k} {(after[k] - before[k]) / n:.1f}" for k in ENGINE_KEYS) + "; " +
           ", ".join(f"{k} {(reg_after.get(k, 0) - reg_before.get(k, 0)) / n:.1f}"
                     for k in REGISTRY_KEYS))
+    # Where the added time goes: host time inside replays (the GPU work they launch overlaps
+    # it), and the engine blocked on the device (stream fences, synchronous unmaps).
+    replay_ms = (reg_after.get("recompute_ns", 0) - reg_before.get("recompute_ns", 0)) / n / 1e6
+    print(f"per step: {replay_ms:.2f} ms of host time replaying, "
+          f"{(blocked_after - blocked_before) / n / 1e6:.2f} ms with the engine blocked on the "
+          f"device; the step {(tight - plain) * 1e3:.1f} ms over the run without the registry")
     if profile:
         for key in ("tottime", "cumtime"):
             out = io.StringIO()
