@@ -491,6 +491,10 @@ uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine) {
 
 void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(may_evict != 0); }
 
+int pyalloc_set_thread_evictable(int evictable) {
+  return Engine::set_thread_evictable(evictable != 0) ? 1 : 0;
+}
+
 void pyalloc_set_thread_persistent(int persistent) {
   Engine::set_thread_persistent(persistent != 0);
 }

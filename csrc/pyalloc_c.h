@@ -155,6 +155,10 @@ PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);
 /* 1: allocations on the calling thread come from the persistent region (INPLACE_UPDATE:
  * segments of their own for parameters, gradients and optimizer state); 0: as usual. */
 PYALLOC_API void pyalloc_set_thread_persistent(int persistent);
+/* While nonzero on the calling thread, its allocations are storages a registry can evict:
+ * placed at the high end of the free block that serves them (option evictable_placement).
+ * Returns the previous value. */
+PYALLOC_API int pyalloc_set_thread_evictable(int evictable);
 /* 1: the engine's requests from now on are expected to live long (the model's
  * construction, optimizer steps); 0: short-lived (forward, backward). Small blocks are
  * placed by it (option lifetime_classes). pyalloc_set_long_lived sets it for every

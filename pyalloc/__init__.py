@@ -80,9 +80,14 @@ def snapshot(device: Optional[int] = None) -> Dict[str, Any]:
 
 
 def empty_cache() -> None:
-    """Return every cached, unused segment to the device (all devices)."""
-    from . import _lib
+    """Return every cached, unused segment to the device (all devices), after the
+    registry, if a policy is on, has let go of what the program no longer holds (after an
+    out-of-memory error, the nodes of the step it ended)."""
+    from . import _lib, registry
 
+    reg = registry.active()
+    if reg is not None:
+        reg.collect()
     if is_installed():
         _lib.lib().pyalloc_empty_cache_hook()
 

@@ -73,6 +73,7 @@ _SIGNATURES = {
                                           _c.c_int, _c.c_int]),
     "pyalloc_registry_stop": (_c.c_int, []),
     "pyalloc_registry_restore_all": (_c.c_int, []),
+    "pyalloc_registry_collect": (None, []),
     "pyalloc_registry_active": (_c.c_int, []),
     "pyalloc_registry_thread_enable": (_c.c_int, [_c.c_int]),
     "pyalloc_registry_interrupt": (None, [_c.c_int]),

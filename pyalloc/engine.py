@@ -51,6 +51,22 @@ def _check(rc: int) -> None:
         raise PyallocError(_lib.last_error())
 
 
+@contextlib.contextmanager
+def evictable_allocations() -> Iterator[None]:
+    """Allocations on this thread inside the block are storages a registry can evict.
+
+    Under an evict callback (and option ``evictable_placement``) small ones go to small
+    segments of their own, so evicting them frees whole segments (Note [Evictable
+    placement] in allocator/src/pool.h). pyalloc's registry does this itself around every
+    op whose outputs it records and every replay; this is for other registries and tests.
+    """
+    was = _lib.lib().pyalloc_set_thread_evictable(1)
+    try:
+        yield
+    finally:
+        _lib.lib().pyalloc_set_thread_evictable(was)
+
+
 class Engine:
     """An allocator engine on ``backend`` ("host" is the simulated device, or "cuda").
 

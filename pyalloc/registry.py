@@ -233,6 +233,12 @@ class Registry:
         if _torch_shim.load().pyalloc_registry_restore_all() != 0:
             raise RuntimeError(_torch_shim.last_error())
 
+    def collect(self) -> None:
+        """Forgets now what the program no longer holds (the nodes of a step that ended by
+        an exception, storages only lineage needed), freeing their memory; pyalloc's
+        ``empty_cache()`` calls it. Call between steps, on the program's thread."""
+        _torch_shim.load().pyalloc_registry_collect()
+
     def check_invariants(self) -> None:
         """Raises RuntimeError naming the first broken invariant of the registry's nodes."""
         if _torch_shim.load().pyalloc_registry_check_invariants() != 0:

@@ -42,3 +42,26 @@ def test_no_strategy_trains_below_the_floor_and_the_best_trains_near_it():
         trained = _worker(strategy, [below, near])
         assert not trained[str(below)], (strategy, floor)
         assert trained[str(near)], (strategy, floor)
+
+
+def test_skip_leaves_out_the_searches_and_keeps_the_step_times(tmp_path):
+    """--skip, for a short GPU lease: no min-budget or max-batch search and no per-op
+    figure, but the step times at 0.9 and 0.5 of the peak are still measured."""
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "bench_remat.py"
+    run_in_subprocess(f"""
+        import sys
+        sys.argv = [{str(tool)!r}, "--tasks", "mlp_small", "--configs", "baseline", "window",
+                    "--steps", "3", "--skip", "min-budget", "max-batch", "overhead",
+                    "--out", {str(tmp_path)!r}]
+        sys.path.insert(0, {str(tool.parent)!r})
+        import bench_remat
+        sys.exit(bench_remat.main(sys.argv[1:]))
+    """)
+    results = {r["config"]: r for r in json.loads((tmp_path / "bench_remat.json").read_text())["results"]}
+    window = results["window"]
+    assert "min_budget" not in window and "max_batch" not in window and window["overhead"] is None
+    assert window["at_0.9"]["step_s"] > 0
+    table = (tmp_path / "bench_remat.md").read_text()
+    assert "| mlp_small | window | — | " in table

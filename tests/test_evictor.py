@@ -326,3 +326,67 @@ def test_window_evicts_in_the_large_pool_for_a_small_request_it_can_borrow():
         e.free(p)
     e.check_invariants()
     e.close()
+
+
+# --- evictable placement (Note [Evictable placement] in allocator/src/pool.h) ---------------
+
+def interleaved_small_blocks(e: Engine, reg: FakeRegistry, pairs: int):
+    """Alternating 256 KiB blocks: one that stays, one evictable (made in an evictable
+    scope, as the registry makes activations); returns the ones that stay."""
+    stay = []
+    for i in range(pairs):
+        stay.append(e.alloc(256 * KiB))
+        with pyalloc.engine.evictable_allocations():
+            reg.add(256 * KiB, cost=1.0, handle=i + 1)
+    return stay
+
+
+@pytest.mark.parametrize("placement", [True, False])
+def test_small_evictable_blocks_keep_to_segments_of_their_own(placement):
+    e = Engine("host", budget="64MiB", evictable_placement=placement)
+    reg = FakeRegistry(e)
+    stay = interleaved_small_blocks(e, reg, pairs=4)
+    segments = [s for s in e.snapshot()["segments"] if s["segment_type"] == "small"]
+    mixed = [s for s in segments
+             if len({b["evictable"] for b in s["blocks"] if b["state"] != "inactive"}) > 1]
+    if placement:   # one 2 MiB segment of each kind, half full
+        assert len(segments) == 2 and not mixed
+        assert sorted(s["evictable_class"] for s in segments) == [False, True]
+    else:           # best fit: all eight in one segment
+        assert len(segments) == 1 and len(mixed) == 1
+    for p in stay + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()
+
+
+@pytest.mark.parametrize("placement", [True, False])
+def test_a_large_request_is_served_by_evicting_whole_small_segments(placement):
+    # The budget holds four small segments; they fill with 256 KiB blocks, half of them
+    # evictable. A 3 MiB request then needs two of those segments wholly freed.
+    e = Engine("host", budget="8MiB", evictable_placement=placement)
+    reg = FakeRegistry(e)
+    stay = interleaved_small_blocks(e, reg, pairs=16)
+    assert e.stats()["reserved_bytes.all.current"] == 8 * MiB
+    if placement:
+        big = e.alloc(3 * MiB)   # two evictable segments emptied, released, 4 MiB mapped
+        assert len(reg.calls) >= 1 and len(reg.ptrs) == 0
+        assert e.stats()["reserved_bytes.all.peak"] <= 8 * MiB
+        e.free(big)
+    else:   # every segment keeps blocks that stay: no eviction frees a whole one
+        with pytest.raises(OutOfMemoryError, match="evictable 4.00 MiB in 16 blocks"):
+            e.alloc(3 * MiB)
+    for p in stay + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()
+
+
+def test_without_an_evict_callback_the_evictable_scope_changes_nothing():
+    e = Engine("host", budget="64MiB")
+    a = e.alloc(256 * KiB)
+    with pyalloc.engine.evictable_allocations():
+        b = e.alloc(256 * KiB)
+    assert len(e.snapshot()["segments"]) == 1   # best fit, as with no scope at all
+    e.free(a), e.free(b)
+    e.close()

@@ -341,3 +341,55 @@ def test_modifying_a_saved_tensor_in_place_is_still_an_error():
             with pytest.raises(RuntimeError, match="modified by an inplace operation"):
                 y.sum().backward()
     """)
+
+
+def test_a_replay_runs_in_the_grad_mode_its_op_ran_in():
+    """An LSTM on the CPU (mkldnn_rnn_layer) returns its workspace only with grad mode on.
+    With every storage recorded (min_evictable 0), backward restores the layer's small
+    outputs by replaying it with grad mode off, where it made one result fewer than
+    recorded and the restore failed; replayed in the forward's mode, training is
+    bit-identical."""
+    import pyalloc.zoo  # noqa: F401  (adds the zoo_* tasks)
+
+    free = train("zoo_lstm_lm", "2GiB", steps=3)
+    tight = train("zoo_lstm_lm", int(0.5 * free["peak"]), steps=3, policy="recompute",
+                  min_evictable="0")
+    assert tight["record"] == free["record"]
+    assert tight["recomputes"] > 0 and tight["peak"] <= 0.5 * free["peak"], tight
+
+
+def test_empty_cache_after_an_oom_in_backward_frees_what_the_failed_step_left():
+    """An out-of-memory error in backward leaves the step's nodes behind, dead (the
+    program dropped their tensors) but waiting for the registry's next periodic sweep, with
+    the storages rebuilt for their readers. empty_cache() collects them first, so a retry
+    (a smaller batch, the next trial of a benchmark) starts from what the model holds."""
+    out = run_in_subprocess("""
+        import gc, torch, pyalloc
+        pyalloc.install(device="cpu", policy="recompute")
+        import pyalloc.zoo
+        from pyalloc.models import TASKS
+        task = TASKS["zoo_unet"]
+        torch.manual_seed(0)
+        model = task.build()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+        def step():
+            opt.zero_grad(set_to_none=True)
+            task.loss(model, x, y).backward()
+            opt.step()
+        step(); step()
+        engine = pyalloc._engine(None)
+        before = engine.stats()["allocated_bytes.all.current"]
+        engine.set_budget(int(0.3 * engine.stats()["reserved_bytes.all.peak"]))
+        try:
+            step()
+        except torch.OutOfMemoryError:
+            print("oom")
+        opt.zero_grad(set_to_none=True)
+        gc.collect()
+        pyalloc.empty_cache()
+        print("held", engine.stats()["allocated_bytes.all.current"] - before)
+    """)
+    assert "oom" in out
+    held = int(out.split("held ")[1].split()[0])
+    assert held <= 64 << 10, out

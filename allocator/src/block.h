@@ -170,6 +170,10 @@ struct Segment {
   // [Lifetime classes] in pool.h); long-lived requests look for room only in such
   // segments and in empty ones.
   bool long_lived = false;
+  // Small pool only, under a registry: last filled from empty by a storage the registry
+  // can evict (Note [Evictable placement] in pool.h). Such segments take only evictable
+  // requests (others as a last resort), so evicting their blocks frees them whole.
+  bool evictable = false;
 };
 
 }  // namespace pyalloc

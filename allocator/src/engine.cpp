@@ -12,11 +12,25 @@ namespace pyalloc {
 namespace {
 thread_local bool t_may_evict = true;   // set_thread_may_evict
 thread_local bool t_persistent = false; // set_thread_persistent
+thread_local bool t_evictable = false;  // set_thread_evictable
 thread_local std::uintptr_t t_placement = 0;  // set_thread_placement
 }  // namespace
 
 void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
 void Engine::set_thread_persistent(bool persistent) { t_persistent = persistent; }
+
+SegmentClass Engine::segment_class_locked(PoolKind kind) const {
+  if (kind != PoolKind::kSmall) return SegmentClass::kAny;
+  if (long_lived_ && options_.lifetime_classes) return SegmentClass::kLongLived;
+  // Evictable classes exist only where something evicts.
+  if (!evict_callback_ || !options_.evictable_placement) return SegmentClass::kAny;
+  return t_evictable ? SegmentClass::kEvictable : SegmentClass::kShortLived;
+}
+bool Engine::set_thread_evictable(bool evictable) {
+  const bool was = t_evictable;
+  t_evictable = evictable;
+  return was;
+}
 void Engine::set_thread_placement(std::uintptr_t addr) { t_placement = addr; }
 
 std::size_t Engine::unallocated_bytes() {
@@ -92,7 +106,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   }
   if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
-  const bool long_lived = long_lived_ && options_.lifetime_classes && kind == PoolKind::kSmall;
+  const SegmentClass cls = segment_class_locked(kind);
   // Each round takes its victims out of the evictable set, so rounds end when nothing is
   // left; the cap only guards against a registry that keeps re-marking the same blocks.
   constexpr int kMaxEvictRounds = 1 << 16;
@@ -104,10 +118,10 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   int compactions = 0;
   for (int round = 0;; ++round) {
     bool taken = false, fenced = false;
-    Block* block = find_or_grow_locked(rounded, size, stream, kind, long_lived, &taken, &fenced);
+    Block* block = find_or_grow_locked(rounded, size, stream, kind, cls, &taken, &fenced);
     // Rung 3c, evict in place (See Note [Evicting in place] in reclaim.cpp): before the
     // rungs that map and unmap. A thread that may not evict (a prefetch) skips it.
-    if (!block && evicts_in_place()) block = find_elsewhere_locked(rounded, stream, kind, long_lived);
+    if (!block && evicts_in_place()) block = find_elsewhere_locked(rounded, stream, kind, cls);
     if (!block && t_may_evict && evicts_in_place() && round < kMaxEvictRounds) {
       std::vector<std::uint64_t> victims = plan_in_place_locked(rounded, stream, kind);
       if (!victims.empty()) {
@@ -115,14 +129,16 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
         continue;
       }
     }
-    if (!block) block = reclaim_cache_locked(rounded, size, stream, kind, long_lived, &taken, fenced);
+    if (!block) block = reclaim_cache_locked(rounded, size, stream, kind, cls, &taken, fenced);
     if (block) {
       if (!taken) {
         // A block that is a whole small segment (empty or new) gives the segment the
-        // request's lifetime class (Note [Lifetime classes] in pool.h).
+        // request's class (Notes [Lifetime classes], [Evictable placement] in pool.h).
         if (kind == PoolKind::kSmall && block->segment->pool == PoolKind::kSmall &&
-            !block->is_split())
-          block->segment->long_lived = long_lived;
+            !block->is_split()) {
+          block->segment->long_lived = cls == SegmentClass::kLongLived;
+          block->segment->evictable = cls == SegmentClass::kEvictable;
+        }
         pool_.take(block, rounded, size, stream);
       }
       trace_.record(TraceAction::kAlloc, block->addr, block->size, size, stream);

@@ -82,6 +82,10 @@ class Engine {
   // While true on a thread, its allocations come from the persistent region (segments of
   // pool kPersistent, apart from activations): INPLACE_UPDATE's parameters and state.
   static void set_thread_persistent(bool persistent);
+  // While true on a thread, its allocations are storages the registry can evict: under a
+  // registry (and option evictable_placement) small ones go to small segments of their
+  // own (Note [Evictable placement] in pool.h). Returns the old value.
+  static bool set_thread_evictable(bool evictable);
   // Whether the requests from now on are expected to live long (the model's construction,
   // optimizer steps) or not (forward, backward): small requests are placed by it (option
   // lifetime_classes; Note [Lifetime classes] in pool.h). Engine-wide, not per thread:
@@ -179,17 +183,20 @@ class Engine {
  private:
   // --- the reclaim ladder (reclaim.cpp) ---
   // Each returns a block for the request, or nullptr: free (the caller takes it), or, with
-  // *taken set, a stitched block already handed out. `long_lived`: the request's lifetime
-  // class (Note [Lifetime classes] in pool.h).
+  // *taken set, a stitched block already handed out. `cls`: the request's segment class
+  // (Notes [Lifetime classes] and [Evictable placement] in pool.h).
   // Rungs 1-3 (cached, stitch first, grow, fence); *fenced: the fence waited for something.
   Block* find_or_grow_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                             PoolKind kind, bool long_lived, bool* taken, bool* fenced);
+                             PoolKind kind, SegmentClass cls, bool* taken, bool* fenced);
   // Rungs 3b-4b (stitch what is cached, release, a long-lived request's any hole, borrow).
   Block* reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                              PoolKind kind, bool long_lived, bool* taken, bool fenced);
+                              PoolKind kind, SegmentClass cls, bool* taken, bool fenced);
+  // The class of a request of pool `kind` on this thread now (long-lived phase, the
+  // thread's evictable scope).
+  SegmentClass segment_class_locked(PoolKind kind) const;
   // Rungs 4a and 4b: free memory of another class or pool (no mapping, no eviction).
   Block* find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                               bool long_lived);
+                               SegmentClass cls);
   // Rung 3c (Note [Evicting in place] in reclaim.cpp): victims inside one segment that
   // then holds the request; empty when none would.
   std::vector<std::uint64_t> plan_in_place_locked(std::size_t rounded, StreamId stream,
@@ -208,7 +215,7 @@ class Engine {
   void evict_unlocked(std::unique_lock<std::mutex>& lock,
                       const std::vector<std::uint64_t>& victims);
   Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                            bool long_lived = false);
+                            SegmentClass cls = SegmentClass::kAny);
   Block* grow_locked(std::size_t rounded, PoolKind kind, StreamId stream);
   // Option expandable (Note [Expandable segments] in pool.h): maps what the request lacks
   // at the end of pool `kind`'s expandable segment (or starts one); the free block that

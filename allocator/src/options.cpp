@@ -163,6 +163,9 @@ std::string apply(const std::string& key, const std::string& value, Options* o) 
   } else if (key == "lifetime_classes") {
     matched = true, kind = OptionKind::kBool;
     ok = parse_bool(value, &o->lifetime_classes);
+  } else if (key == "evictable_placement") {
+    matched = true, kind = OptionKind::kBool;
+    ok = parse_bool(value, &o->evictable_placement);
   } else if (key == "compact") {
     matched = true, kind = OptionKind::kBool;
     ok = parse_bool(value, &o->compact);
@@ -319,12 +322,14 @@ std::string Options::to_string() const {
   std::string out = buf;
   std::snprintf(buf, sizeof buf,
                 ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,stitch:%s,"
-                "stitch_first:%s,expandable:%s,lifetime_classes:%s,compact:%s,evict_strategy:%s,"
+                "stitch_first:%s,expandable:%s,lifetime_classes:%s,evictable_placement:%s,compact:%s,"
+                "evict_strategy:%s,"
                 "evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
                 sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
                 stitch ? "true" : "false", stitch_first ? "true" : "false",
                 expandable ? "true" : "false",
-                lifetime_classes ? "true" : "false", compact ? "true" : "false",
+                lifetime_classes ? "true" : "false", evictable_placement ? "true" : "false",
+                compact ? "true" : "false",
                 strategy_name(evict_strategy), evict_threshold,
                 trace_capacity,
                 check_invariants ? "true" : "false");

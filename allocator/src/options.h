@@ -53,6 +53,10 @@ namespace pyalloc {
     "optimizer steps (install() tells the engine) goes only into small segments holding "   \
     "such blocks or into empty ones, so it does not pin segments of gradients and "          \
     "activations.")                                                                            \
+  X(evictable_placement, kBool, "true",                                                     \
+    "Under a registry: small storages it can evict go to small segments of their own (and "  \
+    "other short-lived requests avoid those), so evicting them frees whole segments that "  \
+    "large requests can use. Never refuses memory: with no room in its class, any hole.")  \
   X(compact, kBool, "true",                                                                  \
     "Under a registry, when nothing is left to evict: move live storages it can move (device" \
     " to device, contents and views kept) out of a run of blocks that then holds the "        \
@@ -111,6 +115,7 @@ struct Options {
   bool stitch_first = false;
   bool expandable = false;
   bool lifetime_classes = true;
+  bool evictable_placement = true;
   bool compact = true;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;

@@ -98,12 +98,12 @@ void Pool::fast_remove(Block* b) {
 }
 
 Block* Pool::fast_find(std::size_t rounded, StreamId stream, PoolKind kind,
-                       bool long_lived) const {
+                       SegmentClass cls) const {
   if (fast_list_.empty()) return nullptr;
   // Newest first (pushes go to the head). Only blocks of the request's pool: a size
   // decides its pool, but a large-pool block can be small after splits.
   for (Block* b = fast_heads_.find(rounded); b; b = b->fast_next) {
-    if (b->segment->pool != kind || !fits_class(b, long_lived)) continue;
+    if (b->segment->pool != kind || !fits_class(b, cls)) continue;
     if (b->stream == stream || b->stream == kAnyStream) return b;
   }
   return nullptr;
@@ -139,13 +139,13 @@ bool Pool::acceptable(const Block* b, std::size_t rounded) const {
 }
 
 Block* Pool::find_exact(std::size_t rounded, StreamId stream, PoolKind kind,
-                        bool long_lived) const {
-  Block* exact = fast_find(rounded, stream, kind, long_lived);
+                        SegmentClass cls) const {
+  Block* exact = fast_find(rounded, stream, kind, cls);
   return exact && acceptable(exact, rounded) ? exact : nullptr;
 }
 
 Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
-                          bool long_lived) const {
+                          SegmentClass cls) const {
   const FreeSet& set = free_[static_cast<int>(kind)];
   if (set.empty()) return nullptr;
   // The set is ordered by tag first, so its ends bound the tags present: skip a probe
@@ -158,9 +158,9 @@ Block* Pool::find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
     Block* end = nullptr;  // an expandable segment's growable end, if it came first
     for (auto it = set.lower_bound(FreeEntry{tag, rounded, 0, nullptr});
          it != set.end() && it->stream == tag; ++it) {
-      // A long-lived request skips holes of short-lived segments (rare: it happens while
-      // the model is built and in optimizer steps, and the walk stops at the first fit).
-      if (!fits_class(it->block, long_lived)) continue;
+      // A request skips holes of segments of another class (the walk stops at the
+      // first fit).
+      if (!fits_class(it->block, cls)) continue;
       if (growable_end(it->block)) {
         if (!end) end = it->block;
         continue;
@@ -821,12 +821,13 @@ std::string Pool::snapshot_json() const {
     std::snprintf(buf, sizeof buf,
                   "%s{\"address\":%" PRIuPTR ",\"total_size\":%zu,\"segment_type\":\"%s\","
                   "\"allocated_size\":%lld,\"active_size\":%lld,\"long_lived\":%s,"
-                  "\"expandable\":%s,\"reserved_address_space\":%zu,\"blocks\":[",
+                  "\"evictable_class\":%s,\"expandable\":%s,\"reserved_address_space\":%zu,\"blocks\":[",
                   first_seg ? "" : ",", seg->addr, seg->size,
                   seg->pool == PoolKind::kSmall ? "small"
                   : seg->pool == PoolKind::kLarge ? "large" : "persistent",
                   static_cast<long long>(allocated), static_cast<long long>(active),
-                  seg->long_lived ? "true" : "false", seg->expandable ? "true" : "false",
+                  seg->long_lived ? "true" : "false", seg->evictable ? "true" : "false",
+                  seg->expandable ? "true" : "false",
                   seg->expandable ? seg->va_bytes : seg->size);
     out += buf;
     first_seg = false;

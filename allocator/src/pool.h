@@ -88,6 +88,29 @@ namespace pyalloc {
 // every request fell from 106 to 104 MiB on the MLP's, whose momentum buffers had sat in
 // every segment the gradients left a hole in, and from 88 to 86 MiB on the transformer's;
 // the price is up to one more 2 MiB segment under a loose budget (docs/design.md).
+// Note [Evictable placement]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under a registry, eviction frees only what it can evict, and a large request needs one
+// contiguous range: whole free small segments (given back, or stitched) or a window of a
+// large one. Best fit places by size alone, so in the small pool many small evictable
+// storages (an RNN's per-timestep states, say) share each 2 MiB segment with small blocks
+// that stay (gradients, what cannot be replayed), and no segment ever becomes wholly free:
+// seen on a GRU language model at 0.4 of its peak, 8.8 MiB evictable in 232 blocks and a
+// 3 MiB request failed. The registry knows before an op runs whether its outputs will be
+// evictable and says so for the op's duration, and for its replays
+// (Engine::set_thread_evictable). Such a small request goes only to small segments that an
+// evictable request filled from empty, or to an empty one, which it then marks; other
+// short-lived requests avoid those segments. Evicting a marked segment's blocks frees it
+// whole (the window strategy's whole-segment and chunk plans, evictor.h). Like lifetime
+// classes, the classes place blocks and never refuse memory: a request with no room in
+// its class takes any hole (rung 4a) before anything is mapped or evicted. Option
+// evictable_placement. Classes of the large pool (Coop's cheap and expensive ends) were
+// tried as cutting evictable blocks from the high end of the free block best fit chose:
+// the CNN's and the transformer's least budgets did not move (0.30, 0.26-0.27).
+// Which small segments a request may use (Notes [Lifetime classes], [Evictable
+// placement]). kAny: every segment (no classes apply).
+enum class SegmentClass : std::uint8_t { kAny, kShortLived, kLongLived, kEvictable };
+
 class Pool {
  public:
   explicit Pool(std::size_t max_split_size);
@@ -96,18 +119,26 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   // A block of exactly `rounded` bytes of pool `kind` from the exact-size cache, or nullptr.
-  // `long_lived`: only where a long-lived request may go (Note [Lifetime classes]).
-  Block* find_exact(std::size_t rounded, StreamId stream, PoolKind kind, bool long_lived) const;
+  // `cls`: only where a request of that class may go (fits_class).
+  Block* find_exact(std::size_t rounded, StreamId stream, PoolKind kind, SegmentClass cls) const;
   // The best block of pool `kind`'s free sets (not the exact-size cache: flush it first)
   // for a request of `rounded` bytes on `stream`: the smallest that fits among blocks
-  // tagged `stream` and blocks tagged kAnyStream, honouring max_split_size, and with
-  // `long_lived` only where a long-lived request may go. nullptr if none.
+  // tagged `stream` and blocks tagged kAnyStream, honouring max_split_size, and only
+  // where a request of class `cls` may go. nullptr if none.
   Block* find_free_in(PoolKind kind, std::size_t rounded, StreamId stream,
-                      bool long_lived = false) const;
-  // Whether a request of class `long_lived` may be served from free block `b`.
-  static bool fits_class(const Block* b, bool long_lived) {
+                      SegmentClass cls = SegmentClass::kAny) const;
+  // Whether a request of class `cls` may be served from free block `b`: in the small pool,
+  // a long-lived request only from a long-lived segment, an evictable one only from an
+  // evictable segment, a short-lived one from any but an evictable segment; any request
+  // from a whole empty segment (which then takes its class) and outside the small pool.
+  static bool fits_class(const Block* b, SegmentClass cls) {
     const Segment* s = b->segment;
-    return !long_lived || s->pool != PoolKind::kSmall || s->long_lived || !b->is_split();
+    if (cls == SegmentClass::kAny || s->pool != PoolKind::kSmall || !b->is_split()) return true;
+    switch (cls) {
+      case SegmentClass::kLongLived: return s->long_lived;
+      case SegmentClass::kEvictable: return s->evictable;
+      default: return !s->evictable;
+    }
   }
   // The same search, skipping free blocks that overlap [lo, hi) (compaction's window:
   // what is moved out of it must not land in it). max_split_size is not honoured: a moved
@@ -229,7 +260,7 @@ class Pool {
   Block* split_off(Block* block, std::size_t keep);
   void fast_push(Block* block);
   void fast_remove(Block* block);
-  Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind, bool long_lived) const;
+  Block* fast_find(std::size_t rounded, StreamId stream, PoolKind kind, SegmentClass cls) const;
   Block* new_block();
   void delete_block(Block* b);
 

@@ -72,10 +72,10 @@ std::size_t Engine::headroom_locked() const {
 }
 
 Block* Engine::find_or_grow_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                                  PoolKind kind, bool long_lived, bool* taken, bool* fenced) {
+                                  PoolKind kind, SegmentClass cls, bool* taken, bool* fenced) {
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
-  Block* block = find_cached_locked(rounded, stream, kind, long_lived);
+  Block* block = find_cached_locked(rounded, stream, kind, cls);
   // Rung 1b, stitch first: free chunks already cached cover the request, so mapping more
   // memory would only grow the pool around its own holes. Where they cover part of it, and
   // that part is at least a large segment's worth, the pool grows by the rest only, as an
@@ -92,12 +92,12 @@ Block* Engine::find_or_grow_locked(std::size_t rounded, std::size_t size, Stream
   }
   if (!block) block = grow_locked(rounded, kind, stream);
   if (!block && (*fenced = fence_streams_locked(stream)))
-    block = find_cached_locked(rounded, stream, kind, long_lived);
+    block = find_cached_locked(rounded, stream, kind, cls);
   return block;
 }
 
 Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                                    PoolKind kind, bool long_lived, bool* taken, bool fenced) {
+                                    PoolKind kind, SegmentClass cls, bool* taken, bool fenced) {
   Block* block = nullptr;
   // Rung 3b, under a registry: stitch from what is cached, before releasing it. The
   // release rung waits for the whole device and unmaps free segments, which eviction
@@ -115,16 +115,16 @@ Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, Strea
   }
   ++pool_.stats().num_alloc_retries;
   if (release_cached_locked()) block = grow_locked(rounded, kind, stream);
-  if (!block) block = find_elsewhere_locked(rounded, stream, kind, long_lived);
+  if (!block) block = find_elsewhere_locked(rounded, stream, kind, cls);
   return block;
 }
 
 Block* Engine::find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                                     bool long_lived) {
+                                     SegmentClass cls) {
   Block* block = nullptr;
-  // Rung 4a: a long-lived request with no room of its class left takes any hole rather
-  // than fail: lifetime classes place blocks, they never refuse memory that is there.
-  if (long_lived) block = find_cached_locked(rounded, stream, kind, /*long_lived=*/false);
+  // Rung 4a: a request with no room of its class left takes any hole rather than fail:
+  // segment classes place blocks, they never refuse memory that is there.
+  if (cls != SegmentClass::kAny) block = find_cached_locked(rounded, stream, kind, SegmentClass::kAny);
   if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
     // only memory left, and small requests never look there. Take a piece of one rather
@@ -181,13 +181,13 @@ std::vector<std::uint64_t> Engine::plan_proactive_locked() {
 }
 
 Block* Engine::find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                                  bool long_lived) {
+                                  SegmentClass cls) {
   // An exact-size hit needs no search. On a miss, every cached block joins the free sets
   // first, so best fit (and every later rung) sees all free memory: See Note
   // [Exact-size cache] in pool.h.
-  if (Block* exact = pool_.find_exact(rounded, stream, kind, long_lived)) return exact;
+  if (Block* exact = pool_.find_exact(rounded, stream, kind, cls)) return exact;
   pool_.flush_fast();
-  return pool_.find_free_in(kind, rounded, stream, long_lived);
+  return pool_.find_free_in(kind, rounded, stream, cls);
 }
 
 Block* Engine::grow_locked(std::size_t rounded, PoolKind kind, StreamId stream) {

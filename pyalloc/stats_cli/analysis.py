@@ -166,6 +166,7 @@ def segment_figures(seg: Dict[str, Any]) -> Dict[str, Any]:
         "address": seg["address"],
         "segment_type": seg.get("segment_type", "?"),
         "long_lived": bool(seg.get("long_lived", False)),   # lifetime classes (docs/formats.md)
+        "evictable_class": bool(seg.get("evictable_class", False)),   # evictable placement
         "expandable": bool(seg.get("expandable", False)),   # option expandable
         "total_size": total,
         "allocated_bytes": by_state[ALLOCATED],

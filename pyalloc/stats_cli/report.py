@@ -173,9 +173,10 @@ def trace_sections(a: Dict[str, Any]) -> List[Section]:
 
 
 def segment_kind(s: Dict[str, Any]) -> str:
-    """The segment's pool, and its lifetime class where it holds long-lived blocks, or
-    whether it is expandable (grows and shrinks at its end)."""
+    """The segment's pool, and its class where it holds long-lived blocks or evictable
+    ones, or whether it is expandable (grows and shrinks at its end)."""
     return s["segment_type"] + (" (long-lived)" if s.get("long_lived") else "") \
+        + (" (evictable)" if s.get("evictable_class") else "") \
         + (" (expandable)" if s.get("expandable") else "")
 
 

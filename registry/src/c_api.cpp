@@ -97,6 +97,8 @@ PYALLOC_SHIM_API int pyalloc_registry_restore_all() {
   });
 }
 
+PYALLOC_SHIM_API void pyalloc_registry_collect() { registry().collect(); }
+
 PYALLOC_SHIM_API int pyalloc_registry_active() { return registry().active() ? 1 : 0; }
 
 // Includes (on != 0) or removes the registry's key in the calling thread's key set; returns

@@ -264,6 +264,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     Unlocked unlocked(lock);
     c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
     BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
+    EvictableScope evictable(creates && places_evictables());  // Note [Evictable placement]
     if (settings_.cost == CostModel::kTime) {
       const std::int64_t start = now_ns();
       op.redispatchBoxed(ks, stack);

@@ -61,6 +61,11 @@ struct Recording {
   // a replay writes only the storage it rebuilds and works on copies of the others (batch
   // norm's running statistics).
   const std::vector<std::uint16_t>* written = nullptr;
+  // Grad mode when the op ran. Some kernels ask for it: mkldnn_rnn_layer (an LSTM on the
+  // CPU) returns its workspace only with grad mode on, and a replay during backward, where
+  // it is off, gave one result fewer than the forward recorded. A replay runs in the same
+  // mode; it stays below autograd either way (Note [The registry's own ops]).
+  bool grad_mode = false;
 };
 
 // One op of a storage's chain: its creation (output: which tensor of the op's results,

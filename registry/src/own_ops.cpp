@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/TensorOptions.h>
 
+#include "engine_api.h"
+
 namespace pyalloc::registry {
 
 at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,
@@ -24,6 +26,14 @@ at::Tensor detached_alias(const at::Tensor& t) {
   alias.unsafeGetTensorImpl()->_set_conj(impl->is_conj());
   alias.unsafeGetTensorImpl()->_set_neg(impl->is_neg());
   return alias;
+}
+
+EvictableScope::EvictableScope(bool on) {
+  if (on) was_ = engine_api::api().set_thread_evictable(1);
+}
+
+EvictableScope::~EvictableScope() {
+  if (was_ >= 0) engine_api::api().set_thread_evictable(was_);
 }
 
 void copy_bytes(const c10::intrusive_ptr<c10::StorageImpl>& dst,

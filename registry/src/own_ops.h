@@ -54,6 +54,20 @@ class OwnOpGuard {
   BelowRegistry below_;  // See Note [Re-entry through Python modes]
 };
 
+// While alive (and `on`), the calling thread's allocations are storages the registry can
+// evict: the engine places them apart from what stays (Note [Evictable placement] in
+// allocator/src/pool.h). Restores the thread's previous class, so scopes nest.
+class EvictableScope {
+ public:
+  explicit EvictableScope(bool on);
+  ~EvictableScope();
+  EvictableScope(const EvictableScope&) = delete;
+  EvictableScope& operator=(const EvictableScope&) = delete;
+
+ private:
+  int was_ = -1;  // -1: nothing changed
+};
+
 // A tensor of `dtype` with the given geometry on `storage` (no op: a replay builds its
 // inputs this way, on storages the registry restored).
 at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,

@@ -4,6 +4,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -169,6 +170,7 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                               c10::ArrayRef<c10::IValue> args, Pending* pending) {
   auto rec = std::allocate_shared<Recording>(PooledAllocator<Recording, LockedFreeList>(&recordings_), op);
   rec->written = &info.written;
+  rec->grad_mode = at::GradMode::is_enabled();
   NodeList* inputs = &pending->inputs;
   KeyList* leaves = &pending->leaves;
   double& in_bytes = pending->in_bytes;

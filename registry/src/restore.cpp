@@ -1,5 +1,6 @@
 // restore.cpp — bringing evicted storages back: replaying lineage, pinning what a user needs.
 #include <ATen/ScalarOps.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -218,8 +219,10 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
     Unlocked unlocked(lock);  // the op allocates: See Note [Calling out] in reclaim.cpp
     OwnOpGuard guard;
     for (std::uint16_t pos : to_clone) stack[pos] = cloned(stack[pos]);
+    EvictableScope evictable(places_evictables());  // a replay rebuilds a node
     std::optional<GeneratorState> state;
     if (rec.rng && rec.generator) state.emplace(*rec.generator, *rec.rng);
+    at::AutoGradMode grad_mode(rec.grad_mode);
     rec.op.callBoxed(stack);
   }
   return tensors_of(stack);
@@ -243,7 +246,10 @@ void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
     c10::DataPtr data;
     {
       Unlocked unlocked(lock);
-      data = node->allocator->allocate(node->nbytes);
+      {
+        EvictableScope evictable(places_evictables());  // a node's storage
+        data = node->allocator->allocate(node->nbytes);
+      }
       auto spare = c10::make_intrusive<c10::StorageImpl>(
           c10::StorageImpl::use_byte_size_t(), node->nbytes, std::move(data), node->allocator,
           /*resizable=*/true);
