@@ -148,6 +148,13 @@ class Worker:
                 ok = bool(torch.isfinite(loss).item())
         except (torch.OutOfMemoryError, TooSlow):
             ok = False
+        except RuntimeError as e:
+            # load_state_dict wraps an out-of-memory error in a RuntimeError of its own
+            # (building the trial's model under a budget the last failed trial left
+            # partly held: see docs/design.md, "After an out-of-memory error").
+            if "out of memory" not in str(e):
+                raise
+            ok = False
         finally:
             del model, opt, x, y, loss
             if getattr(self, "model", None) is not None:   # a failed trial leaves gradients
