@@ -53,7 +53,7 @@ namespace pyalloc {
     "optimizer steps (install() tells the engine) goes only into small segments holding "   \
     "such blocks or into empty ones, so it does not pin segments of gradients and "          \
     "activations.")                                                                            \
-  X(evictable_placement, kBool, "true",                                                     \
+  X(evictable_placement, kBool, "false",                                                    \
     "Under a registry: small storages it can evict go to small segments of their own (and "  \
     "other short-lived requests avoid those), so evicting them frees whole segments that "  \
     "large requests can use. Never refuses memory: with no room in its class, any hole.")  \
@@ -115,7 +115,7 @@ struct Options {
   bool stitch_first = false;
   bool expandable = false;
   bool lifetime_classes = true;
-  bool evictable_placement = true;
+  bool evictable_placement = false;
   bool compact = true;
   std::size_t trace_capacity = 0;
   EvictStrategy evict_strategy = EvictStrategy::kWindow;
