@@ -18,6 +18,12 @@ thread_local std::uintptr_t t_placement = 0;  // set_thread_placement
 
 void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
 void Engine::set_thread_persistent(bool persistent) { t_persistent = persistent; }
+bool Engine::set_thread_evictable(bool evictable) {
+  const bool was = t_evictable;
+  t_evictable = evictable;
+  return was;
+}
+void Engine::set_thread_placement(std::uintptr_t addr) { t_placement = addr; }
 
 SegmentClass Engine::segment_class_locked(PoolKind kind) const {
   if (kind != PoolKind::kSmall) return SegmentClass::kAny;
@@ -26,12 +32,6 @@ SegmentClass Engine::segment_class_locked(PoolKind kind) const {
   if (!evict_callback_ || !options_.evictable_placement) return SegmentClass::kAny;
   return t_evictable ? SegmentClass::kEvictable : SegmentClass::kShortLived;
 }
-bool Engine::set_thread_evictable(bool evictable) {
-  const bool was = t_evictable;
-  t_evictable = evictable;
-  return was;
-}
-void Engine::set_thread_placement(std::uintptr_t addr) { t_placement = addr; }
 
 std::size_t Engine::unallocated_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);

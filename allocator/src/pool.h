@@ -88,6 +88,7 @@ namespace pyalloc {
 // every request fell from 106 to 104 MiB on the MLP's, whose momentum buffers had sat in
 // every segment the gradients left a hole in, and from 88 to 86 MiB on the transformer's;
 // the price is up to one more 2 MiB segment under a loose budget (docs/design.md).
+//
 // Note [Evictable placement]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Under a registry, eviction frees only what it can evict, and a large request needs one
@@ -95,8 +96,8 @@ namespace pyalloc {
 // large one. Best fit places by size alone, so in the small pool many small evictable
 // storages (an RNN's per-timestep states, say) share each 2 MiB segment with small blocks
 // that stay (gradients, what cannot be replayed), and no segment ever becomes wholly free:
-// seen on a GRU language model at 0.4 of its peak, 8.8 MiB evictable in 232 blocks and a
-// 3 MiB request failed. The registry knows before an op runs whether its outputs will be
+// seen on a GRU language model at 0.4 of its peak (with min_evictable 16 KiB), 8.8 MiB
+// evictable in 232 blocks and a 3 MiB request failed. The registry knows before an op runs whether its outputs will be
 // evictable and says so for the op's duration, and for its replays
 // (Engine::set_thread_evictable). Such a small request goes only to small segments that an
 // evictable request filled from empty, or to an empty one, which it then marks; other
@@ -104,9 +105,11 @@ namespace pyalloc {
 // whole (the window strategy's whole-segment and chunk plans, evictor.h). Like lifetime
 // classes, the classes place blocks and never refuse memory: a request with no room in
 // its class takes any hole (rung 4a) before anything is mapped or evicted. Option
-// evictable_placement. Classes of the large pool (Coop's cheap and expensive ends) were
-// tried as cutting evictable blocks from the high end of the free block best fit chose:
-// the CNN's and the transformer's least budgets did not move (0.30, 0.26-0.27).
+// evictable_placement, off by default: measured, it lowers some models' least budget and
+// raises others' (docs/design.md). Classes of the large pool (Coop's cheap and expensive
+// ends) were tried as cutting evictable blocks from the high end of the free block best
+// fit chose: the CNN's and the transformer's least budgets did not move (0.30, 0.26-0.27).
+
 // Which small segments a request may use (Notes [Lifetime classes], [Evictable
 // placement]). kAny: every segment (no classes apply).
 enum class SegmentClass : std::uint8_t { kAny, kShortLived, kLongLived, kEvictable };

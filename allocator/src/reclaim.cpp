@@ -124,7 +124,8 @@ Block* Engine::find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolK
   Block* block = nullptr;
   // Rung 4a: a request with no room of its class left takes any hole rather than fail:
   // segment classes place blocks, they never refuse memory that is there.
-  if (cls != SegmentClass::kAny) block = find_cached_locked(rounded, stream, kind, SegmentClass::kAny);
+  if (cls != SegmentClass::kAny)
+    block = find_cached_locked(rounded, stream, kind, SegmentClass::kAny);
   if (!block && kind == PoolKind::kSmall) {
     // Rung 4b, borrow: with the budget spent on large segments, their free bytes are the
     // only memory left, and small requests never look there. Take a piece of one rather

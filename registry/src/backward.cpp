@@ -63,15 +63,6 @@ void Registry::end_backward(std::int64_t task, std::uint64_t generation) {
   end_backward_locked(lock, task);
 }
 
-void Registry::collect() {
-  Burial burial(*this);
-  Lock lock(mu_);
-  if (!active_.load()) return;
-  end_stale_backwards_locked(lock);
-  notice_deaths_locked(/*all=*/true);
-  sweep_locked(/*tidy=*/true);
-}
-
 void Registry::end_stale_backwards_locked(Lock& lock) {
   while (!open_tasks_.empty()) end_backward_locked(lock, open_tasks_.back());
 }

@@ -695,6 +695,15 @@ bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>
   return true;
 }
 
+void Registry::collect() {
+  Burial burial(*this);
+  Lock lock(mu_);
+  if (!active_.load()) return;
+  end_stale_backwards_locked(lock);
+  notice_deaths_locked(/*all=*/true);
+  sweep_locked(/*tidy=*/true);
+}
+
 void Registry::sweep_locked(bool tidy) {
   std::vector<Node*> order;
   order.reserve(nodes_.size());

@@ -316,6 +316,8 @@ class Registry {
   // instead of its own storage, if given). Returns its results (tensors only, in order).
   std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target,
                                  c10::intrusive_ptr<c10::StorageImpl> into = {});
+  // Replays a chain's creating step: the result that is the chain's storage.
+  at::Tensor replay_creation(Lock& lock, const Step& step);
   // The contents `node` had at `version` (an earlier one), rebuilt from the first steps
   // of its chain into a storage of their own. See Note [Readers of an earlier version].
   c10::intrusive_ptr<c10::StorageImpl> version_of(Lock& lock, Node* node, std::uint32_t version);

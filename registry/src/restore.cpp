@@ -228,6 +228,14 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   return tensors_of(stack);
 }
 
+at::Tensor Registry::replay_creation(Lock& lock, const Step& step) {
+  std::vector<at::Tensor> out = replay(lock, step, nullptr);
+  TORCH_CHECK(step.output < out.size() && out[step.output].defined(), "pyalloc: recomputing ",
+              step.rec->op.schema().name(),
+              " gave fewer results than recorded. This is a registry bug; please report it.");
+  return out[step.output];
+}
+
 void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
   c10::StorageImpl* from = storage_of(fresh);
   c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
@@ -284,11 +292,7 @@ void Registry::restore(Lock& lock, Node* node) {
   const auto start = std::chrono::steady_clock::now();
   const c10::SmallVector<Step, 1> steps = node->steps;  // the node may gain steps while unlocked
   {
-    std::vector<at::Tensor> out = replay(lock, steps.front(), nullptr);
-    TORCH_CHECK(steps.front().output < out.size() && out[steps.front().output].defined(),
-                "pyalloc: recomputing ", steps.front().rec->op.schema().name(),
-                " gave fewer results than recorded. This is a registry bug; please report it.");
-    const at::Tensor& fresh = out[steps.front().output];
+    const at::Tensor fresh = replay_creation(lock, steps.front());
     TORCH_CHECK(fresh.storage().nbytes() == node->nbytes, "pyalloc: recomputing ",
                 steps.front().rec->op.schema().name(), " gave ", fresh.storage().nbytes(),
                 " bytes, expected ", node->nbytes);
@@ -317,13 +321,8 @@ c10::intrusive_ptr<c10::StorageImpl> Registry::version_of(Lock& lock, Node* node
                                                           std::uint32_t version) {
   const c10::SmallVector<Step, 1> steps(node->steps.begin(),
                                         node->steps.begin() + version + 1);
-  std::vector<at::Tensor> out = replay(lock, steps.front(), nullptr);
-  TORCH_CHECK(steps.front().output < out.size() && out[steps.front().output].defined(),
-              "pyalloc: recomputing ", steps.front().rec->op.schema().name(),
-              " gave fewer results than recorded. This is a registry bug; please report it.");
-  c10::intrusive_ptr<c10::StorageImpl> storage =
-      c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage_of(out[steps.front().output]));
-  out.clear();
+  c10::intrusive_ptr<c10::StorageImpl> storage = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+      storage_of(replay_creation(lock, steps.front())));
   for (std::size_t i = 1; i < steps.size(); ++i) replay(lock, steps[i], node, storage);
   ++counters_.recomputes;
   return storage;
