@@ -160,6 +160,39 @@ def test_readers_of_an_earlier_version_stay_recomputable():
     """)
 
 
+def test_what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit():
+    # a.mul_(w) needs the old a for w's gradient: autograd's kernel clones it, inside the op.
+    # See Note [What autograd saves] in registry/src/dispatch.cpp.
+    run_unit("""
+        torch.manual_seed(0)
+        x = torch.randn(256, 256, requires_grad=True)
+        w = torch.randn(256, 256, requires_grad=True)
+        plain = torch.randn(256, 256)
+
+        def step(evict):
+            x.grad = w.grad = None
+            with pyalloc.recompute(min_bytes=0) as reg:
+                a = x * 2
+                a.mul_(w)                   # extends a's chain; saves a at version 0
+                b = plain.clone()           # not a node: its write cannot be followed
+                b.mul_(w)
+                saved = reg.node_of(a.grad_fn._saved_self)
+                not_saved = reg.node_of(b.grad_fn._saved_self)
+                if evict:
+                    reg.evict(list(reg.nodes))
+                    assert saved.evicted
+                ((a * a).sum() + b.sum()).backward()
+                stats = reg.stats()
+            return saved, not_saved, [x.grad.clone(), w.grad.clone()], stats
+
+        saved, not_saved, want, _ = step(False)
+        assert saved is not None and not_saved is None
+        saved, _, got, stats = step(True)
+        assert stats["recomputes"] > 0, stats
+        assert all(torch.equal(g, h) for g, h in zip(want, got))
+    """)
+
+
 def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind():
     # Autograd sums a skip connection's two gradients in place, into the one that came
     # down the skip, after the branch read it: a cycle of readers through an earlier

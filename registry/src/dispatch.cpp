@@ -15,6 +15,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
@@ -49,11 +50,48 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
   op.redispatchBoxed(below, stack);
 }
 
+// Note [What autograd saves]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Autograd's kernel for an in-place op whose backward needs the value it overwrites
+// (`a.mul_(b)` needs the old `a` for b's gradient) saves a copy: it calls `self.clone()`
+// before running the op below autograd. That clone is an op of its own, called from inside
+// the op the registry is running, and it lives until backward uses it: in a GRU cell on
+// the CPU, two per timestep. Seen by nobody, it could never leave (the GRU language model
+// kept 4 MiB of them in 256 blocks between its activations). So while the registry runs an
+// op it keeps listening for the ops autograd's layer calls, and records them like any:
+// they are told apart from the op's own kernel, which runs with autograd's keys excluded,
+// by those keys still being on. Only where that is safe: the op is of plain tensors, no
+// Python mode is on (a mode runs under the dispatch state saved when the op entered, so its
+// ops would look the same), and the op writes nothing or only a chain the lineage follows
+// (the clone reads the chain's version before the write, which stays rebuildable; a write
+// that froze the storage, or one into a storage that is not a node, would leave such a
+// reader no way back to what it read). Otherwise the key is excluded for the op, as
+// before, and what autograd saves stays where it is.
+thread_local bool t_autograd_layer_heard = false;
+
+class HearAutogradLayer {
+ public:
+  explicit HearAutogradLayer(bool on) : was_(t_autograd_layer_heard) { t_autograd_layer_heard = on; }
+  ~HearAutogradLayer() { t_autograd_layer_heard = was_; }
+  HearAutogradLayer(const HearAutogradLayer&) = delete;
+  HearAutogradLayer& operator=(const HearAutogradLayer&) = delete;
+
+ private:
+  bool was_;
+};
+
+bool from_autograd_layer() {
+  return t_autograd_layer_heard &&
+         !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality) &&
+         c10::impl::TorchDispatchModeTLS::stack_len() == 0;
+}
+
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const c10::DispatchKeySet below =
       ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRegistryKey);
   Registry& reg = registry();
-  if (!reg.active() || below_registry_depth() > 0) return pass_through(op, below, stack);
+  if (!reg.active() || (below_registry_depth() > 0 && !from_autograd_layer()))
+    return pass_through(op, below, stack);
   const OpInfo& info = op_info(op);
   if (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
       (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA))) {
@@ -260,9 +298,14 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     engine_api::api().reset_peak_stats(engine_);
   }
   std::int64_t elapsed_ns = 0;
+  // See Note [What autograd saves].
+  const bool hear = !foreign && c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
+                    (written_keys.empty() || (extends && written_keys.size() == 1));
   {
     Unlocked unlocked(lock);
-    c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
+    std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;
+    if (!hear) deaf.emplace(c10::DispatchKeySet(kRegistryKey));
+    HearAutogradLayer hear_autograd(hear);
     BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
     EvictableScope evictable(creates && places_evictables());  // Note [Evictable placement]
     if (settings_.cost == CostModel::kTime) {
@@ -283,6 +326,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       floor_op_ = info.base + "." + (info.overload.empty() ? "default" : info.overload);
     }
   }
+  // What autograd saved from the chain's version before the write reads an earlier version
+  // now (Notes [What autograd saves], [Readers of an earlier version] in registry.cpp).
+  if (extends && hear)
+    if (Node* target = by_key_locked(chained); target && !target->readers.empty())
+      target->stale_readers = true;
   // 4. Recorded after the inputs are unpinned (and so offered to the engine again).
   pins.release();
   if (writes_node) record_mutation_locked(extends ? &*pending : nullptr, targets, elapsed_ns);
