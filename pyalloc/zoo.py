@@ -12,7 +12,8 @@ gives recompute, swap and hybrid something new to get right:
   ``torch.cat`` skip connections that keep the encoder's outputs alive to the end.
 * ``zoo_gru_lm``: a two-layer GRU language model with tied embedding and head. On a CPU
   ``nn.GRU`` runs step by step: hundreds of small per-timestep tensors rather than a few
-  large ones, many of them below the registry's ``min_evictable``.
+  large ones (16–48 KiB each at the zoo's size), and two copies a timestep that autograd
+  saves for the cell's in-place ops.
 * ``zoo_lstm_lm``: a two-layer LSTM language model, tied too; on a CPU with oneDNN its
   layers are fused kernels (``mkldnn_rnn_layer``), whose workspace backward reads.
 * ``zoo_vit``: a small Vision Transformer: patch convolution, a class token, learned
