@@ -60,13 +60,16 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
 // kept 4 MiB of them in 256 blocks between its activations). So while the registry runs an
 // op it keeps listening for the ops autograd's layer calls, and records them like any:
 // they are told apart from the op's own kernel, which runs with autograd's keys excluded,
-// by those keys still being on. Only where that is safe: the op is of plain tensors, no
-// Python mode is on (a mode runs under the dispatch state saved when the op entered, so its
-// ops would look the same), and the op writes nothing or only a chain the lineage follows
-// (the clone reads the chain's version before the write, which stays rebuildable; a write
-// that froze the storage, or one into a storage that is not a node, would leave such a
-// reader no way back to what it read). Otherwise the key is excluded for the op, as
-// before, and what autograd saves stays where it is.
+// by those keys still being on. Only for the ops that make such copies, and only where that
+// is safe: an in-place op with grad mode on, reading something that requires grad, whose
+// write extends a chain the lineage follows (the clone reads the chain's version before the
+// write, which stays rebuildable; a write that froze the storage, or one into a storage
+// that is not a node, would leave such a reader no way back to what it read), and no Python
+// mode on (a mode runs under the dispatch state saved when the op entered, so its ops would
+// look the same). Everywhere else the key is excluded for the op: while it is included,
+// every op the kernel calls inside (a `to` of a scalar argument in each `mul`) comes through
+// the fallback to be passed on, about 1.3k instructions each on the worst-case chain, so
+// listening under every op cost more than a quarter of the registry's whole per-op budget.
 thread_local bool t_autograd_layer_heard = false;
 
 class HearAutogradLayer {
@@ -299,8 +302,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   std::int64_t elapsed_ns = 0;
   // See Note [What autograd saves].
-  const bool hear = !foreign && c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
-                    (written_keys.empty() || (extends && written_keys.size() == 1));
+  const bool hear = extends && written_keys.size() == 1 && requires_grad &&
+                    at::GradMode::is_enabled() && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   {
     Unlocked unlocked(lock);
     std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;
