@@ -99,23 +99,26 @@ Block* Engine::find_or_grow_locked(std::size_t rounded, std::size_t size, Stream
 Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
                                     PoolKind kind, SegmentClass cls, bool* taken, bool fenced) {
   Block* block = nullptr;
-  // Rung 3b, under a registry that evicts by score (dtr, dte): stitch from what is
-  // cached, before releasing it. The release rung waits for the whole device and unmaps
+  // Rung 3b, under a registry: stitch from what is cached, before releasing it. The release rung waits for the whole device and unmaps
   // free segments, which eviction rounds then make the engine map again (on CUDA, a
   // cuMemCreate per chunk): on an H100, ResNet-50 under recompute at half its peak went
   // from 339 to 238 ms a step with this rung. It needs stitched blocks to be eviction
   // candidates (evictor.cpp).
-  // Not under the window strategy: its rung 3c has just looked for room inside one
-  // segment, and a stitched range takes whole chunks out of the segments it plans in, so
-  // the next requests find no window either and stitch again. The zoo's UNet at 0.4 of
-  // its peak made 805 stitches and 2895 evictions a step (28-42x its unconstrained step);
-  // without the rung, 0 and 41 (1.2-1.5x), and its least budget fell from 0.53 to 0.35 of
-  // the peak, no model's rose (BENCHMARKS.md, "Stitching before release").
+  // Under the window strategy only for a request no segment of its pool could hold: for
+  // the others its rung 3c has just looked for room inside one segment, and a stitched
+  // range takes whole chunks out of the segments it plans in, so the next requests find
+  // no window either and stitch again. The zoo's UNet at 0.4 of its peak made 805
+  // stitches and 2895 evictions a step (28-42x its unconstrained step); with the rung
+  // kept for those alone, 0 and 41 (1.2-1.5x), and its least budget fell from 0.53 to
+  // 0.35 of the peak (BENCHMARKS.md, "Stitching before release"). Dropped for every
+  // request, the GRU's 4 MiB request at its loss, bigger than any of its 2 MiB small
+  // segments, found nothing to stitch into under swap at 0.4.
   // Without a registry the release rung is the better first answer: stitching there
   // keeps pieces of many segments busy, so none is wholly free to give the small pool
   // (replaying the transformer's trace at 1.02x its peak, 4 requests failed that release
   // first serves). Rung 1b already tried the same chunks unless the fence freed more.
-  if (stitches(kind) && evict_callback_ && !evicts_in_place() &&
+  if (stitches(kind) && evict_callback_ &&
+      (!evicts_in_place() || !segment_holds_locked(rounded, kind)) &&
       (!options_.stitch_first || fenced)) {
     block = stitch_locked(rounded, size, stream, kNeverMapRest);
     *taken = block != nullptr;
@@ -125,6 +128,12 @@ Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, Strea
   if (release_cached_locked()) block = grow_locked(rounded, kind, stream);
   if (!block) block = find_elsewhere_locked(rounded, stream, kind, cls);
   return block;
+}
+
+bool Engine::segment_holds_locked(std::size_t rounded, PoolKind kind) const {
+  for (const auto& [addr, segment] : pool_.segments())
+    if (segment->pool == kind && segment->size >= rounded) return true;
+  return false;
 }
 
 Block* Engine::find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
