@@ -156,8 +156,8 @@ PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);
  * segments of their own for parameters, gradients and optimizer state); 0: as usual. */
 PYALLOC_API void pyalloc_set_thread_persistent(int persistent);
 /* While nonzero on the calling thread, its allocations are storages a registry can evict:
- * placed at the high end of the free block that serves them (option evictable_placement).
- * Returns the previous value. */
+ * with option evictable_placement, small ones go to small segments of their own (Note
+ * [Evictable placement] in allocator/src/pool.h). Returns the previous value. */
 PYALLOC_API int pyalloc_set_thread_evictable(int evictable);
 /* 1: the engine's requests from now on are expected to live long (the model's
  * construction, optimizer steps); 0: short-lived (forward, backward). Small blocks are

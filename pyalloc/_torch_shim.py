@@ -70,7 +70,7 @@ _SIGNATURES = {
     "pyalloc_cpu_shim_active": (_c.c_int, []),
     "pyalloc_registry_register": (_c.c_int, []),
     "pyalloc_registry_start": (_c.c_int, [_c.c_void_p, _c.c_int, _c.c_int, _c.c_uint64, _c.c_int,
-                                          _c.c_int, _c.c_int]),
+                                          _c.c_int, _c.c_int, _c.c_int]),
     "pyalloc_registry_stop": (_c.c_int, []),
     "pyalloc_registry_restore_all": (_c.c_int, []),
     "pyalloc_registry_collect": (None, []),

@@ -160,10 +160,13 @@ class Registry:
     def _start(self) -> None:
         shim = _torch_shim.load()
         claim_dispatch_key()
+        from .options import parse_conf
+
         device = torch.cuda.current_device() if _installed_device() == "cuda" else -1
+        place = parse_conf(self.engine.options_string)["evictable_placement"] == "true"
         if shim.pyalloc_registry_start(
                 self.engine.handle, POLICIES.index(self.policy), _COSTS.index(self.cost_model),
-                self.min_bytes, self.prefetch_depth, int(self.relocate), device) != 0:
+                self.min_bytes, self.prefetch_depth, int(self.relocate), device, int(place)) != 0:
             raise RuntimeError("pyalloc: " + _torch_shim.last_error())
         self._running = True
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))

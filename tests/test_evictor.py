@@ -12,6 +12,7 @@ import threading
 import pytest
 
 import pyalloc
+from conftest import run_in_subprocess
 from pyalloc import Engine, OutOfMemoryError, PyallocError
 
 KiB = 1 << 10
@@ -386,6 +387,26 @@ def test_a_large_request_is_served_by_evicting_whole_small_segments(placement):
         e.free(p)
     e.check_invariants()
     e.close()
+
+
+@pytest.mark.parametrize("placement", ["true", "false"])
+def test_the_registry_places_what_it_records_under_the_option(placement):
+    # The registry says which allocations are evictable only when the engine would use it
+    # (Registry::places_evictables): 256 KiB activations of a small MLP land in small
+    # segments of the evictable class with the option, and in none without it.
+    out = run_in_subprocess(f"""
+        import torch, pyalloc
+        pyalloc.install(device="cpu", policy="recompute", evictable_placement="{placement}")
+        from pyalloc.models import mlp
+        model = mlp(256, 4)
+        x = torch.randn(256, 256)
+        loss = model(x).square().mean()
+        kinds = {{s["evictable_class"] for s in pyalloc.snapshot()["segments"]
+                 if s["segment_type"] == "small"}}
+        loss.backward()
+        print("evictable segments", True in kinds)
+    """)
+    assert f"evictable segments {placement == 'true'}" in out, out
 
 
 def test_without_an_evict_callback_the_evictable_scope_changes_nothing():

@@ -201,9 +201,9 @@ class Engine {
   // then holds the request; empty when none would.
   std::vector<std::uint64_t> plan_in_place_locked(std::size_t rounded, StreamId stream,
                                                   PoolKind kind);
-  // Whether rung 3c runs for requests of pool `kind`.
   // Whether some segment of `kind` is as large as `rounded` (rung 3b under window).
   bool segment_holds_locked(std::size_t rounded, PoolKind kind) const;
+  // Whether rung 3c runs for requests of pool `kind`.
   bool evicts_in_place() const {
     return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow;
   }

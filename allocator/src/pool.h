@@ -97,9 +97,9 @@ namespace pyalloc {
 // storages (an RNN's per-timestep states, say) share each 2 MiB segment with small blocks
 // that stay (gradients, what cannot be replayed), and no segment ever becomes wholly free:
 // seen on a GRU language model at 0.4 of its peak (with min_evictable 16 KiB), 8.8 MiB
-// evictable in 232 blocks and a 3 MiB request failed. The registry knows before an op runs whether its outputs will be
-// evictable and says so for the op's duration, and for its replays
-// (Engine::set_thread_evictable). Such a small request goes only to small segments that an
+// evictable in 232 blocks and a 3 MiB request failed. The registry knows before an op
+// runs whether its outputs will be evictable and says so for the op's duration, and for
+// its replays (Engine::set_thread_evictable), when the option is on. Such a small request goes only to small segments that an
 // evictable request filled from empty, or to an empty one, which it then marks; other
 // short-lived requests avoid those segments. Evicting a marked segment's blocks frees it
 // whole (the window strategy's whole-segment and chunk plans, evictor.h). Like lifetime

@@ -99,11 +99,11 @@ Block* Engine::find_or_grow_locked(std::size_t rounded, std::size_t size, Stream
 Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
                                     PoolKind kind, SegmentClass cls, bool* taken, bool fenced) {
   Block* block = nullptr;
-  // Rung 3b, under a registry: stitch from what is cached, before releasing it. The release rung waits for the whole device and unmaps
-  // free segments, which eviction rounds then make the engine map again (on CUDA, a
-  // cuMemCreate per chunk): on an H100, ResNet-50 under recompute at half its peak went
-  // from 339 to 238 ms a step with this rung. It needs stitched blocks to be eviction
-  // candidates (evictor.cpp).
+  // Rung 3b, under a registry: stitch from what is cached, before releasing it. The
+  // release rung waits for the whole device and unmaps free segments, which eviction
+  // rounds then make the engine map again (on CUDA, a cuMemCreate per chunk): on an H100,
+  // ResNet-50 under recompute at half its peak went from 339 to 238 ms a step with this
+  // rung. It needs stitched blocks to be eviction candidates (evictor.cpp).
   // Under the window strategy only for a request no segment of its pool could hold: for
   // the others its rung 3c has just looked for room inside one segment, and a stitched
   // range takes whole chunks out of the segments it plans in, so the next requests find

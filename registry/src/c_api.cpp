@@ -64,7 +64,8 @@ PYALLOC_SHIM_API int pyalloc_registry_register() {
 // policy: 0 recompute, 1 swap, 2 hybrid. cost: 0 model, 1 time, 2 bytes. device_index < 0:
 // the simulated device (CPU tensors); else that CUDA device.
 PYALLOC_SHIM_API int pyalloc_registry_start(void* engine, int policy, int cost, uint64_t min_bytes,
-                                            int prefetch, int relocate, int device_index) {
+                                            int prefetch, int relocate, int device_index,
+                                            int place_evictables) {
   using namespace pyalloc::registry;
   if (policy < 0 || policy > 2) return fail("policy must be 0 (recompute), 1 (swap) or 2 (hybrid)");
   if (cost < 0 || cost > 2) return fail("cost must be 0 (model), 1 (time) or 2 (bytes)");
@@ -75,6 +76,7 @@ PYALLOC_SHIM_API int pyalloc_registry_start(void* engine, int policy, int cost, 
   s.min_bytes = min_bytes;
   s.prefetch = prefetch;
   s.relocate = relocate != 0;
+  s.place_evictables = place_evictables != 0;
   s.device_type = device_index < 0 ? c10::DeviceType::CPU : c10::DeviceType::CUDA;
   s.device_index = device_index < 0 ? 0 : device_index;
   return guarded([&] {

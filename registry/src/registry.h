@@ -62,9 +62,11 @@ enum class CostModel : std::uint8_t { kModel, kTime, kBytes };
 struct Settings {
   Policy policy = Policy::kRecompute;
   CostModel cost = CostModel::kModel;
-  std::size_t min_bytes = 64 << 10;  // smaller storages are never nodes
+  std::size_t min_bytes = 16 << 10;  // smaller storages are never nodes
   int prefetch = 4;                  // swap/hybrid: swap-ins started ahead per backward use
   bool relocate = false;  // recompute: frozen storages may leave through the host pool
+  // The engine runs with option evictable_placement (read once: options never change).
+  bool place_evictables = false;
   c10::DeviceType device_type = c10::DeviceType::CPU;  // the managed device
   int device_index = 0;
 };
@@ -134,10 +136,11 @@ class Registry {
   void interrupt(bool on) { interrupt_.store(on, std::memory_order_relaxed); }
 
   // Whether storages the registry can evict are placed apart (Note [Evictable placement]
-  // in allocator/src/pool.h): under recompute only. Under swap and hybrid the CNN at 0.35
+  // in allocator/src/pool.h): with the engine's option, under recompute only. Off, the
+  // per-op path makes no call to say so (two engine calls an op that makes a node). Under swap and hybrid the CNN at 0.35
   // of its peak evicted 43 storages a step with it against 27 without (the small pool's
   // extra segments of each class leave the large pool less room), and prefetches hit less.
-  bool places_evictables() const { return !can_swap_; }
+  bool places_evictables() const { return !can_swap_ && settings_.place_evictables; }
 
   // --- the per-op path (dispatch.cpp) ---
   // Runs `op` (redispatched below the fallback with `ks`) with the registry's work around it.
