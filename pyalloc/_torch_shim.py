@@ -42,7 +42,9 @@ def _sources(root: Path) -> List[Path]:
 
 # NDEBUG: PyTorch's headers compile their debug-only checks (dispatch tracing on every
 # redispatch, debug asserts) into whatever includes them, unless it is defined.
-_CFLAGS = ["-O2", "-DNDEBUG"]
+# PYALLOC_SHIM_DEBUG_INFO=1 adds -g, for profilers that attribute cost to source lines
+# (callgrind_annotate on the registry's per-op path); the code generated is the same.
+_CFLAGS = ["-O2", "-DNDEBUG"] + (["-g"] if os.environ.get("PYALLOC_SHIM_DEBUG_INFO") == "1" else [])
 
 
 def _cache_dir(root: Path) -> Path:

@@ -6,15 +6,16 @@
 // through free lists removes that cost.
 //
 // Thread safety: none for a NodeFreeList, which belongs to one Pool and is used only under
-// the owning Engine's lock. A LockedFreeList has a lock of its own, for objects released
+// the owning Engine's lock. A LockedFreeList has a spin lock of its own, for objects released
 // from any thread (the registry's recordings: registry/src/registry.h).
 //
 // Header-only and free of torch: the torch-built registry uses it too.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <new>
+#include <thread>
 #include <vector>
 
 namespace pyalloc {
@@ -65,21 +66,38 @@ class NodeFreeList {
   std::vector<void*> slabs_;
 };
 
-// A NodeFreeList behind a mutex.
+// A NodeFreeList behind a spin lock. Its critical sections are a few pointer moves, taken
+// once per recorded op and once per recording released, almost never by two threads at
+// once (the program's and autograd's take turns), so a mutex's two library calls per
+// section were the larger part of its cost. A waiter yields, so a holder that was
+// descheduled is not spun against for long.
 class LockedFreeList {
  public:
   void* get(std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    Hold hold(busy_);
     return list_.get(bytes);
   }
   void put(void* p, std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+    Hold hold(busy_);
     list_.put(p, bytes);
   }
 
  private:
-  std::mutex mu_;
-  NodeFreeList list_;  // guarded by mu_
+  class Hold {
+   public:
+    explicit Hold(std::atomic<bool>& busy) : busy_(busy) {
+      while (busy_.exchange(true, std::memory_order_acquire))
+        while (busy_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+    ~Hold() { busy_.store(false, std::memory_order_release); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    std::atomic<bool>& busy_;
+  };
+  std::atomic<bool> busy_{false};
+  NodeFreeList list_;  // guarded by busy_
 };
 
 // A std allocator over a free list, for node-based containers (std::set,

@@ -57,8 +57,8 @@ void Registry::enter_backward_locked(std::int64_t task) {
 }
 
 void Registry::end_backward(std::int64_t task, std::uint64_t generation) {
-  Burial burial(*this);
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load() || generation != generation_) return;
   end_backward_locked(lock, task);
 }
@@ -73,19 +73,22 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   open_tasks_.erase(open);
   if (open_tasks_.empty()) end_iteration_locked();
   // The pass's nodes: the survivors (the program holds them) and the dead.
+  // Other passes' nodes stay, in their order (a copy in place: no buffer, as
+  // std::stable_partition would take on every pass).
   std::vector<Handle> survivors;
   c10::SmallVector<Handle, 16> dead;
-  auto mine = std::stable_partition(backward_nodes_.begin(), backward_nodes_.end(),
-                                    [task](const std::pair<std::int64_t, Handle>& e) {
-                                      return e.first != task;
-                                    });
-  for (auto it = mine; it != backward_nodes_.end(); ++it) {
-    Node* node = find_locked(it->second);
+  auto kept = backward_nodes_.begin();
+  for (const auto& [owner, handle] : backward_nodes_) {
+    if (owner != task) {
+      *kept++ = {owner, handle};
+      continue;
+    }
+    Node* node = find_locked(handle);
     if (!node) continue;
     if (!node->dead && node->weak.expired()) mark_dead_locked(node);
     (node->dead ? dead.emplace_back(node->handle) : survivors.emplace_back(node->handle));
   }
-  backward_nodes_.erase(mine, backward_nodes_.end());
+  backward_nodes_.erase(kept, backward_nodes_.end());
   for (Handle h : survivors) {
     Node* node = find_locked(h);
     if (!node || node->dead) continue;

@@ -191,14 +191,15 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Inside a backward pass with grad mode off every op may, under recompute: See Note
   // [Backward nodes].
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
-  const bool may_create =
-      !foreign && (at::GradMode::is_enabled() ? requires_grad : task != -1 && !can_swap_);
+  const bool grad_mode = at::GradMode::is_enabled();
+  const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
 
-  // Both outlive the lock: See Note [Releasing outside the lock] in registry.h.
-  Burial burial(*this);
+  // Outlives the lock: its recording is let go outside it (Note [Releasing outside the
+  // lock] in registry.h).
   std::optional<Pending> pending;
   check_interrupt();
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load(std::memory_order_relaxed)) {
     lock.unlock();
     return pass_through(op, ks, stack);
@@ -281,8 +282,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   if (creates || extends) {
     pending.emplace();
-    prepare_locked(op, info, arguments, &*pending);
     pending->task = task;
+    pending->grad_mode = grad_mode;
+    prepare_locked(op, info, arguments, &*pending);
     if (info.random) {
       at::Generator generator = generator_of(arguments, device);
       std::lock_guard<std::mutex> guard(generator.mutex());
@@ -303,7 +305,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   std::int64_t elapsed_ns = 0;
   // See Note [What autograd saves].
   const bool hear = extends && written_keys.size() == 1 && requires_grad &&
-                    at::GradMode::is_enabled() && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
+                    grad_mode && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   {
     Unlocked unlocked(lock);
     std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;

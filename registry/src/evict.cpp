@@ -133,8 +133,8 @@ bool Registry::evict_locked(Node* node, bool eager) {
 }
 
 std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
-  Burial burial(*this);
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load()) return 0;
   notice_deaths_locked(/*all=*/true);  // the dead go before anything that lives
   std::size_t done = 0;

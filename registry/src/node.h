@@ -113,6 +113,10 @@ struct Node {
   int pins = 0;                   // ops and replays using it now
   std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch
   std::uint64_t charge_visit = 0; // Registry::charge_visit_ when a death's walk last reached it
+  // Dead, in batch `frontier_batch` of deaths: the nodes its death charged, a range of
+  // Registry::frontiers_ (Note [Charging a batch of deaths] in registry.cpp).
+  std::uint64_t frontier_batch = 0;
+  std::uint32_t frontier_begin = 0, frontier_end = 0;
   bool evicted = false;
   bool dead = false;              // the program's storage is gone (see above)
   bool frozen = false;            // lineage invalid: never recomputed again

@@ -129,15 +129,25 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     std::uint64_t epoch = 0;
   };
   thread_local Cache cache;
+  // The last op asked about, before the map: most ops repeat the one before (a chain of
+  // elementwise ops, then their gradients).
+  thread_local const void* t_last_key = nullptr;
+  thread_local const OpInfo* t_last = nullptr;
   const c10::FunctionSchema& schema = op.schema();
   const void* key = &schema;
   const std::uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   if (cache.epoch != epoch) {
     cache.map.clear();
     cache.epoch = epoch;
+    t_last_key = nullptr;
   }
+  if (key == t_last_key) return *t_last;
   auto it = cache.map.find(key);
-  if (it != cache.map.end()) return *it->second;
+  if (it != cache.map.end()) {
+    t_last_key = key;
+    t_last = it->second;
+    return *it->second;
+  }
   std::lock_guard<std::mutex> lock(g_table_mu);
   const OpInfo* found = nullptr;
   auto range = g_table.equal_range(key);
@@ -145,6 +155,8 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
     if (names(*e->second, schema)) found = e->second.get();
   if (!found) found = g_table.emplace(key, compute(op))->second.get();
   cache.map[key] = found;
+  t_last_key = key;
+  t_last = found;
   return *found;
 }
 

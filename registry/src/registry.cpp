@@ -89,8 +89,8 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
 
 std::string Registry::stop() {
   std::string error = restore_all();
-  Burial burial(*this);
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load()) return error;
   active_.store(false, std::memory_order_release);
   const engine_api::Api& api = engine_api::api();
@@ -155,12 +155,15 @@ namespace {
 std::optional<c10::Scalar> wrapped_number(const at::Tensor& t) {
   if (!t.unsafeGetTensorImpl()->is_wrapped_number() || t.device().type() != c10::DeviceType::CPU)
     return std::nullopt;
+  // The untyped pointer: the dtype was just checked, and the typed accessor checks it
+  // again (a wrapped number is one element on the CPU, on every op that takes a scalar).
+  const void* data = t.const_data_ptr();
   switch (t.scalar_type()) {
-    case c10::ScalarType::Double: return c10::Scalar(*t.const_data_ptr<double>());
-    case c10::ScalarType::Long: return c10::Scalar(*t.const_data_ptr<std::int64_t>());
-    case c10::ScalarType::Bool: return c10::Scalar(*t.const_data_ptr<bool>());
+    case c10::ScalarType::Double: return c10::Scalar(*static_cast<const double*>(data));
+    case c10::ScalarType::Long: return c10::Scalar(*static_cast<const std::int64_t*>(data));
+    case c10::ScalarType::Bool: return c10::Scalar(*static_cast<const bool*>(data));
     case c10::ScalarType::ComplexDouble:
-      return c10::Scalar(*t.const_data_ptr<c10::complex<double>>());
+      return c10::Scalar(*static_cast<const c10::complex<double>*>(data));
     default: return std::nullopt;
   }
 }
@@ -170,7 +173,7 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                               c10::ArrayRef<c10::IValue> args, Pending* pending) {
   auto rec = std::allocate_shared<Recording>(PooledAllocator<Recording, LockedFreeList>(&recordings_), op);
   rec->written = &info.written;
-  rec->grad_mode = at::GradMode::is_enabled();
+  rec->grad_mode = pending->grad_mode;
   NodeList* inputs = &pending->inputs;
   KeyList* leaves = &pending->leaves;
   double& in_bytes = pending->in_bytes;
@@ -466,18 +469,24 @@ template <typename Visit>
 bool Registry::walk_readers_locked(const Node* start, Visit&& visit) {
   const std::uint64_t stamp = ++charge_visit_;
   charge_stack_.clear();
-  charge_stack_.push_back(start);
+  charge_stack_.push_back({start, 0, 0});
   while (!charge_stack_.empty()) {
-    const Node* from = charge_stack_.back();
+    const WalkFrom from = charge_stack_.back();
     charge_stack_.pop_back();
-    for (Handle h : from->readers) {
+    const std::size_t count = from.node ? from.node->readers.size() : from.end - from.begin;
+    for (std::size_t i = 0; i < count; ++i) {
+      // (frontiers_ may grow during the visits: indexed afresh each time.)
+      const Handle h = from.node ? from.node->readers[i] : frontiers_[from.begin + i];
       Node* reader = find_locked(h);
       if (!reader || reader == start || !reader->lineage() || reader->charge_visit == stamp)
         continue;
       reader->charge_visit = stamp;
       switch (visit(reader)) {
-        case Walk::kInto: charge_stack_.push_back(reader); break;
+        case Walk::kInto: charge_stack_.push_back({reader, 0, 0}); break;
         case Walk::kOver: break;
+        case Walk::kFrontier:
+          charge_stack_.push_back({nullptr, reader->frontier_begin, reader->frontier_end});
+          break;
         case Walk::kStop: return false;
       }
     }
@@ -570,14 +579,35 @@ void Registry::mark_dead_locked(Node* node) {
 // which errs towards evicting something else. Evicted inputs that are not dead are not
 // charged (they come back and go again; DTR's evicted-neighbourhood sum would need updates
 // both ways).
-void Registry::charge_readers_locked(const Node* dead) {
+//
+// Note [Charging a batch of deaths]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Deaths come in batches (Note [Noticing deaths]), newest first, and a chain of
+// activations that died together is the common case (a step's elementwise ops): each
+// death walks down through the dead readers to the live nodes below, n(n+1)/2 steps for a
+// chain of n. So while a batch is released each death keeps the live nodes it charged
+// (its frontier), and a later death of the batch that reaches a dead node with a frontier
+// walks that instead of the dead nodes below it: the same live nodes, each charged once
+// per death as before, in one step each. A frontier node that died since is walked into
+// like any dead reader.
+void Registry::charge_readers_locked(Node* dead) {
   if (!dead->lineage() || dead->backward || dead->readers.empty()) return;
+  const auto begin = static_cast<std::uint32_t>(frontiers_.size());
   walk_readers_locked(dead, [&](Node* reader) {
-    if (reader->dead) return Walk::kInto;  // rebuilt only after `dead`: its readers pay
+    if (reader->dead) {  // rebuilt only after `dead`: its readers pay
+      const bool known = releasing_batch_ && reader->frontier_batch == death_batch_;
+      return known ? Walk::kFrontier : Walk::kInto;
+    }
     reader->cost += dead->cost;
     if (reader->marked) mark_locked(reader);  // set_evictable updates the engine's cost
+    if (releasing_batch_) frontiers_.push_back(reader->handle);
     return Walk::kOver;
   });
+  if (releasing_batch_) {
+    dead->frontier_batch = death_batch_;
+    dead->frontier_begin = begin;
+    dead->frontier_end = static_cast<std::uint32_t>(frontiers_.size());
+  }
 }
 
 void Registry::adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage) {
@@ -597,15 +627,29 @@ void Registry::bury_locked(Node* node) {
 
 Registry::Burial::~Burial() {
   if (!registry_.buried_.load(std::memory_order_relaxed)) return;
-  std::vector<std::shared_ptr<const Recording>> recordings;
-  std::vector<c10::intrusive_ptr<c10::StorageImpl>> storages;
-  {
-    Lock lock(registry_.mu_);
-    recordings.swap(registry_.graveyard_);
-    storages.swap(registry_.graveyard_storages_);
-    registry_.buried_.store(false, std::memory_order_relaxed);
-  }
-}  // released here, with no lock held
+  // The thread's own lists, swapped with the registry's: each side keeps the other's
+  // capacity, so a burial on every op (the chain of dead activations a step leaves)
+  // allocates nothing. A nested Burial on this thread (a recording's release running an
+  // entry point) finds the lists in use and takes fresh ones.
+  thread_local std::vector<std::shared_ptr<const Recording>> t_recordings;
+  thread_local std::vector<c10::intrusive_ptr<c10::StorageImpl>> t_storages;
+  thread_local bool t_busy = false;
+  std::vector<std::shared_ptr<const Recording>> fresh_recordings;
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> fresh_storages;
+  const bool own = !t_busy;
+  auto& recordings = own ? t_recordings : fresh_recordings;
+  auto& storages = own ? t_storages : fresh_storages;
+  if (!lock_.owns_lock()) lock_.lock();
+  recordings.swap(registry_.graveyard_);
+  storages.swap(registry_.graveyard_storages_);
+  registry_.buried_.store(false, std::memory_order_relaxed);
+  lock_.unlock();
+  // Released here, with no lock held.
+  if (own) t_busy = true;
+  recordings.clear();
+  storages.clear();
+  if (own) t_busy = false;
+}
 
 void Registry::forget_locked(Node* node) {
   if (node->marked && program_holds_locked(node)) unmark_locked(node);
@@ -654,6 +698,14 @@ void Registry::notice_deaths_locked(bool all) {
 }
 
 void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
+  // A batch for Note [Charging a batch of deaths] (release_dead_locked never nests).
+  ++death_batch_;
+  frontiers_.clear();
+  releasing_batch_ = true;
+  struct EndBatch {
+    bool& on;
+    ~EndBatch() { on = false; }
+  } end_batch{releasing_batch_};
   while (!work.empty()) {
     Node* node = find_locked(work.back());
     work.pop_back();
@@ -696,8 +748,8 @@ bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>
 }
 
 void Registry::collect() {
-  Burial burial(*this);
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load()) return;
   end_stale_backwards_locked(lock);
   notice_deaths_locked(/*all=*/true);

@@ -183,18 +183,21 @@ class Registry {
   // that owns its Python object decrefs it) and frees memory. So what a forgotten or
   // frozen node held — its recordings, with the tensors they took as arguments, and the
   // registry's own storage — is set aside under mu_ (bury_locked) and released by a
-  // Burial, declared before the Lock in each entry point, once mu_ is dropped: a thread
-  // holding the GIL and waiting for mu_ can then never wait on one holding mu_ and
-  // waiting for the GIL.
+  // Burial, declared right after the Lock in each entry point: when it goes, it takes
+  // what was set aside while it still holds mu_ (or takes mu_ again if the entry point
+  // let it go early), drops mu_, and only then lets go of it. A thread holding the GIL
+  // and waiting for mu_ can then never wait on one holding mu_ and waiting for the GIL,
+  // and the common case costs no second lock.
   class Burial {
    public:
-    explicit Burial(Registry& registry) : registry_(registry) {}
+    Burial(Registry& registry, Lock& lock) : registry_(registry), lock_(lock) {}
     ~Burial();
     Burial(const Burial&) = delete;
     Burial& operator=(const Burial&) = delete;
 
    private:
     Registry& registry_;
+    Lock& lock_;
   };
   void bury_locked(Node* node);
   // Unpins its nodes when it goes out of scope (with the lock held again by then).
@@ -227,6 +230,7 @@ class Registry {
     double in_bytes = 0;
     double flops_per_output = 0;  // per element of the first result (the "model" cost)
     std::int64_t task = -1;       // the autograd graph task it runs in (-1: none)
+    bool grad_mode = false;       // at::GradMode when it ran
   };
   void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                       c10::ArrayRef<c10::IValue> args, Pending* pending);
@@ -268,13 +272,14 @@ class Registry {
   // storage]).
   void mark_dead_locked(Node* node);
   // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
-  void charge_readers_locked(const Node* dead);
+  void charge_readers_locked(Node* dead);
   // Walks what was recorded from `start`, and from those, and so on: each node with
   // lineage once, `start` never. `visit(reader)` says whether to go on through the
-  // reader's own readers (kInto), not (kOver), or to end the walk (kStop: returns false).
-  // One walk at a time (the stamp and the work list are shared): `visit` must not start
-  // another (mark_dead_locked does).
-  enum class Walk { kInto, kOver, kStop };
+  // reader's own readers (kInto), not (kOver), to go on through the nodes its own charge
+  // reached instead (kFrontier: See Note [Charging a batch of deaths]), or to end the walk
+  // (kStop: returns false). One walk at a time (the stamp and the work list are shared):
+  // `visit` must not start another (mark_dead_locked does).
+  enum class Walk { kInto, kOver, kFrontier, kStop };
   template <typename Visit>
   bool walk_readers_locked(const Node* start, Visit&& visit);
   // A dead node's contents come back in `storage`, the registry's own from now on.
@@ -387,9 +392,19 @@ class Registry {
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
   std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
-  // walk_readers_locked's (guarded by mu_): its stamp and its work list.
+  // walk_readers_locked's (guarded by mu_): its stamp and its work list, each entry a
+  // node whose readers are next, or (node null) a range of frontiers_.
+  struct WalkFrom {
+    const Node* node;
+    std::uint32_t begin, end;
+  };
   std::uint64_t charge_visit_ = 0;
-  std::vector<const Node*> charge_stack_;
+  std::vector<WalkFrom> charge_stack_;
+  // The batch of deaths being released (Note [Charging a batch of deaths]): its number,
+  // whether one is being released, and the nodes each death's charge reached.
+  std::uint64_t death_batch_ = 0;
+  bool releasing_batch_ = false;
+  std::vector<Handle> frontiers_;
   std::uint64_t owner_thread_ = 0;              // the thread that started it
   std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
   // Swap/hybrid: what the previous iteration did, by creation ordinal.

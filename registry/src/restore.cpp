@@ -329,8 +329,8 @@ c10::intrusive_ptr<c10::StorageImpl> Registry::version_of(Lock& lock, Node* node
 }
 
 std::string Registry::restore_all() {
-  Burial burial(*this);
   Lock lock(mu_);
+  Burial burial(*this, lock);
   if (!active_.load()) return "";
   std::vector<Handle> order;
   for (Node* node = nodes_.oldest(); node; node = node->newer) order.push_back(node->handle);
