@@ -134,7 +134,7 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     from . import lifetime
 
     lifetime.arm()   # the model built from here on, and optimizer state, are long-lived
-    if chosen["inplace_update"] == "true" or os.environ.get("PYALLOC_INPLACE_UPDATE") == "1":
+    if chosen["inplace_update"] == "true":
         from . import inplace
 
         inplace.enable()

@@ -1,8 +1,13 @@
 """Options: one table, defined in the engine (allocator/src/options.h).
 
-Options come from ``PYALLOC_CONF="key:value,key:value"`` and from keyword arguments to
-:func:`pyalloc.install`; keyword arguments win. The engine parses and validates the merged
-string, so the rules, defaults and error messages are the same from every entry point.
+Options come from ``PYALLOC_CONF="key:value,key:value"``, from ``PYALLOC_<NAME>=value``
+for any one option (``PYALLOC_INPLACE_UPDATE=1``, ``PYALLOC_BUDGET=8GiB``), and from
+keyword arguments to :func:`pyalloc.install`; keyword arguments win, then the one-option
+variables, then ``PYALLOC_CONF``. The engine parses and validates the merged string, so the
+rules, defaults and error messages are the same from every entry point.
+
+``python tools/options_table.py`` prints the table as the Markdown docs/design.md carries
+(``--write docs/design.md`` replaces it there).
 """
 from __future__ import annotations
 
@@ -35,6 +40,11 @@ def _format_value(name: str, value: Any) -> str:
     if "," in text or ":" in text:
         raise ValueError(f"pyalloc option {name!r} has value {text!r}: ',' and ':' are not allowed")
     return text
+
+
+def env_name(option: str) -> str:
+    """The environment variable that sets one option: ``PYALLOC_INPLACE_UPDATE``."""
+    return "PYALLOC_" + option.upper()
 
 
 def format_budget(budget: Budget) -> Optional[str]:
@@ -80,6 +90,10 @@ def build_options(budget: Budget = None, overrides: Mapping[str, Any] = (),
     env = os.environ if environ is None else environ
     merged = parse_conf(env.get("PYALLOC_CONF", ""))
     known = {row["name"] for row in options_table()}
+    for name in known:  # the one-option spellings, PYALLOC_<NAME>
+        value = env.get(env_name(name))
+        if value is not None:
+            merged[name] = value.strip()
     for name, value in dict(overrides).items():
         if name not in known:
             raise ValueError(
@@ -102,3 +116,42 @@ def effective(text: str) -> Dict[str, str]:
     if not normalized:
         raise ValueError(_lib.last_error())
     return parse_conf(_lib.take_string(normalized))
+
+
+_TABLE_BEGIN = "<!-- options table: generated from allocator/src/options.h by tools/options_table.py -->"
+_TABLE_END = "<!-- end of the options table -->"
+
+
+def markdown_table() -> str:
+    """The options table as docs/design.md carries it, between its two markers."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for row in options_table():
+        doc = row["doc"]
+        if row["choices"]:
+            doc += f" One of: {row['choices']}."
+        doc += f" Environment: `{env_name(row['name'])}`."
+        rows.append(f"| `{row['name']}` | `{row['default']}` | {doc.replace('|', '/')} |")
+    return "\n".join([_TABLE_BEGIN, *rows, _TABLE_END])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+    import re
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="tools/options_table.py",
+                                     description="Print the options table as Markdown.")
+    parser.add_argument("--write", metavar="FILE",
+                        help="replace the table between its markers in FILE (docs/design.md)")
+    args = parser.parse_args(argv)
+    table = markdown_table()
+    if not args.write:
+        print(table)
+        return 0
+    path = Path(args.write)
+    text = path.read_text()
+    pattern = re.compile(re.escape(_TABLE_BEGIN) + ".*?" + re.escape(_TABLE_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no options table between {_TABLE_BEGIN!r} and {_TABLE_END!r}")
+    path.write_text(pattern.sub(lambda _: table, text))
+    return 0

@@ -1,8 +1,8 @@
-// options.cpp — parsing and printing of the options table in options.h.
+// options.cpp — the options table of options.h, parsed and printed: one parser and one
+// printer per kind, and every option's line generated from the table.
 #include "options.h"
 
 #include <cctype>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,14 +33,16 @@ bool parse_number(const std::string& text, double* value, std::string* rest) {
   return true;
 }
 
-bool parse_bool(const std::string& text, bool* out) {
-  std::string t = lower(trim(text));
-  if (t == "1" || t == "true" || t == "on" || t == "yes") return *out = true, true;
-  if (t == "0" || t == "false" || t == "off" || t == "no") return *out = false, true;
-  return false;
+// --- one parser per kind: parse(kind tag, text, choices, out) ----------------------------------
+
+template <OptionKind K>
+struct Kind {};
+
+bool parse(Kind<OptionKind::kSize>, const std::string& text, const char*, std::size_t* out) {
+  return parse_size(text, out);
 }
 
-bool parse_count(const std::string& text, std::size_t* out) {
+bool parse(Kind<OptionKind::kInt>, const std::string& text, const char*, std::size_t* out) {
   std::string t = trim(text);
   if (t.empty() || t.size() > 15) return false;  // 10^15 events is far past any memory
   for (char c : t) {
@@ -50,27 +52,100 @@ bool parse_count(const std::string& text, std::size_t* out) {
   return true;
 }
 
-bool parse_budget(const std::string& text, std::size_t* bytes, double* fraction) {
+bool parse(Kind<OptionKind::kBool>, const std::string& text, const char*, bool* out) {
+  std::string t = lower(trim(text));
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return *out = true, true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return *out = false, true;
+  return false;
+}
+
+bool parse(Kind<OptionKind::kFraction>, const std::string& text, const char*, double* out) {
+  double v = 0;
+  std::string rest;
+  if (!parse_number(trim(text), &v, &rest) || !rest.empty() || v < 0 || v > 1) return false;
+  *out = v;
+  return true;
+}
+
+bool parse(Kind<OptionKind::kBudget>, const std::string& text, const char*, Budget* out) {
   std::string t = trim(text);
   double v = 0;
   std::string rest;
   if (!parse_number(t, &v, &rest)) return false;
   if (rest == "%") {
     if (!(v > 0 && v <= 100)) return false;
-    *bytes = 0, *fraction = v / 100.0;
+    *out = Budget{0, v / 100.0};
     return true;
   }
   // A bare number with a decimal point, at most 1, is a fraction; anything else is a size.
   if (rest.empty() && t.find('.') != std::string::npos && v > 0 && v <= 1.0) {
-    *bytes = 0, *fraction = v;
+    *out = Budget{0, v};
     return true;
   }
   std::size_t b = 0;
   // Below one 2 MiB segment nothing at all could be allocated; "1" is almost certainly a
   // fraction written without its decimal point.
   if (!parse_size(t, &b) || b < (std::size_t{2} << 20)) return false;
-  *bytes = b, *fraction = 0;
+  *out = Budget{b, 0};
   return true;
+}
+
+// The position of `word` in `choices` ("a, b, c"), or -1.
+int choice_index(const char* choices, const std::string& word) {
+  if (word.empty() || word.find(',') != std::string::npos) return -1;
+  const std::string list = std::string(", ") + choices + ",";
+  const std::size_t at = list.find(", " + word + ",");
+  if (at == std::string::npos) return -1;
+  int index = 0;  // the commas before it: ", a, b," has one before "b"
+  for (std::size_t i = 0; i < at; ++i) index += list[i] == ',';
+  return index;
+}
+
+// A choice is kept as its word, or as its position in the list (an enum).
+bool parse(Kind<OptionKind::kChoice>, const std::string& text, const char* choices,
+           std::string* out) {
+  const std::string word = lower(trim(text));
+  if (choice_index(choices, word) < 0) return false;
+  *out = word;
+  return true;
+}
+
+template <typename Enum>
+bool parse(Kind<OptionKind::kChoice>, const std::string& text, const char* choices, Enum* out) {
+  const int index = choice_index(choices, lower(trim(text)));
+  if (index < 0) return false;
+  *out = static_cast<Enum>(index);
+  return true;
+}
+
+// --- one printer per kind: what parse() reads back to the same value ------------------------
+
+std::string print(Kind<OptionKind::kSize>, const char*, std::size_t v) { return std::to_string(v); }
+std::string print(Kind<OptionKind::kInt>, const char*, std::size_t v) { return std::to_string(v); }
+std::string print(Kind<OptionKind::kBool>, const char*, bool v) { return v ? "true" : "false"; }
+
+std::string print(Kind<OptionKind::kFraction>, const char*, double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string print(Kind<OptionKind::kBudget>, const char*, const Budget& v) {
+  if (v.bytes) return std::to_string(v.bytes);
+  // As a percentage: a bare "1" would read back as one byte, not the whole device.
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g%%", 100.0 * v.fraction);
+  return buf;
+}
+
+std::string print(Kind<OptionKind::kChoice>, const char*, const std::string& v) { return v; }
+
+template <typename Enum>
+std::string print(Kind<OptionKind::kChoice>, const char* choices, Enum v) {
+  std::string list = choices;
+  std::size_t begin = 0;
+  for (int i = 0; i < static_cast<int>(v); ++i) begin = list.find(", ", begin) + 2;
+  return list.substr(begin, list.find(',', begin) - begin);
 }
 
 const char* kind_name(OptionKind k) {
@@ -83,25 +158,6 @@ const char* kind_name(OptionKind k) {
     case OptionKind::kFraction: return "fraction";
   }
   return "?";
-}
-
-// The words a kChoice option accepts, first the default's kind of answer.
-const char* choices(const std::string& key) {
-  if (key == "evict_strategy") return "dtr, dte, window";
-  if (key == "policy") return "none, recompute, swap, hybrid";
-  if (key == "remat_cost") return "model, time, bytes";
-  return "";
-}
-
-bool parse_choice(const std::string& key, const std::string& value, std::string* out) {
-  const std::string v = lower(trim(value));
-  const std::string list = std::string(", ") + choices(key) + ",";
-  if (v.empty() || v.find(',') != std::string::npos ||
-      list.find(" " + v + ",") == std::string::npos) {
-    return false;
-  }
-  *out = v;
-  return true;
 }
 
 const char* accepted_form(OptionKind k) {
@@ -120,102 +176,44 @@ const char* accepted_form(OptionKind k) {
 
 std::string known_names() {
   std::string out;
-#define PYALLOC_NAME(name, kind, def, doc) out += (out.empty() ? "" : ", ") + std::string(#name);
+#define PYALLOC_NAME(name, kind, Type, def, choices, doc) \
+  out += (out.empty() ? "" : ", ") + std::string(#name);
   PYALLOC_OPTIONS(PYALLOC_NAME)
 #undef PYALLOC_NAME
   return out;
 }
 
-// Applies one key/value pair. Returns "" or an error message.
-std::string apply(const std::string& key, const std::string& value, Options* o) {
-  bool ok = true;
-  bool matched = false;
-  OptionKind kind = OptionKind::kInt;
-  if (key == "budget") {
-    matched = true, kind = OptionKind::kBudget;
-    ok = parse_budget(value, &o->budget_bytes, &o->budget_fraction);
-  } else if (key == "sim_capacity") {
-    matched = true, kind = OptionKind::kSize;
-    ok = parse_size(value, &o->sim_capacity) && o->sim_capacity > 0;
-  } else if (key == "sim_sync_stream0") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->sim_sync_stream0);
-  } else if (key == "max_split_size") {
-    matched = true, kind = OptionKind::kSize;
-    ok = parse_size(value, &o->max_split_size);
-    // At or below the 20 MiB segment size, the rule would keep every fresh segment from
-    // being split for smaller requests, so each allocation would take a segment of its own.
-    // PyTorch refuses such values for the same reason.
-    if (ok && o->max_split_size != 0 && o->max_split_size <= (std::size_t{20} << 20)) {
-      return "invalid value '" + value + "' for pyalloc option 'max_split_size': it must be 0 "
-             "(off) or more than 20 MiB (the large-segment size); smaller values would stop "
-             "every segment from being split";
-    }
-  } else if (key == "stitch") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->stitch);
-  } else if (key == "stitch_first") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->stitch_first);
-  } else if (key == "expandable") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->expandable);
-  } else if (key == "lifetime_classes") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->lifetime_classes);
-  } else if (key == "evictable_placement") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->evictable_placement);
-  } else if (key == "compact") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->compact);
-  } else if (key == "evict_strategy") {
-    matched = true, kind = OptionKind::kChoice;
-    std::string v = lower(trim(value));
-    ok = v == "dtr" || v == "dte" || v == "window";
-    if (ok) {
-      o->evict_strategy = v == "dtr" ? EvictStrategy::kDtr
-                          : v == "dte" ? EvictStrategy::kDte : EvictStrategy::kWindow;
-    }
-  } else if (key == "evict_threshold") {
-    matched = true, kind = OptionKind::kFraction;
-    double v = 0;
-    std::string rest;
-    ok = parse_number(trim(value), &v, &rest) && rest.empty() && v >= 0 && v <= 1;
-    if (ok) o->evict_threshold = v;
-  } else if (key == "policy") {
-    matched = true, kind = OptionKind::kChoice;
-    ok = parse_choice(key, value, &o->policy);
-  } else if (key == "host_pool") {
-    matched = true, kind = OptionKind::kSize;
-    ok = parse_size(value, &o->host_pool);
-  } else if (key == "prefetch") {
-    matched = true, kind = OptionKind::kInt;
-    ok = parse_count(value, &o->prefetch);
-  } else if (key == "min_evictable") {
-    matched = true, kind = OptionKind::kSize;
-    ok = parse_size(value, &o->min_evictable);
-  } else if (key == "remat_cost") {
-    matched = true, kind = OptionKind::kChoice;
-    ok = parse_choice(key, value, &o->remat_cost);
-  } else if (key == "inplace_update") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->inplace_update);
-  } else if (key == "trace_capacity") {
-    matched = true, kind = OptionKind::kInt;
-    ok = parse_count(value, &o->trace_capacity);
-  } else if (key == "check_invariants") {
-    matched = true, kind = OptionKind::kBool;
-    ok = parse_bool(value, &o->check_invariants);
+// Rules a kind cannot express, checked once the value parsed. "" or the error.
+std::string check_rule(const std::string& key, const std::string& value, const Options& o) {
+  if (key == "sim_capacity" && o.sim_capacity == 0) {
+    return "invalid value '" + value + "' for pyalloc option 'sim_capacity': expected " +
+           accepted_form(OptionKind::kSize) + ", more than 0";
   }
-  if (!matched) {
-    return "unknown pyalloc option '" + key + "'; known options are: " + known_names();
-  }
-  if (!ok) {
-    return "invalid value '" + value + "' for pyalloc option '" + key + "': expected " +
-           accepted_form(kind) + choices(key);
+  // At or below the 20 MiB segment size, the rule would keep every fresh segment from
+  // being split for smaller requests, so each allocation would take a segment of its own.
+  // PyTorch refuses such values for the same reason.
+  if (key == "max_split_size" && o.max_split_size != 0 &&
+      o.max_split_size <= (std::size_t{20} << 20)) {
+    return "invalid value '" + value + "' for pyalloc option 'max_split_size': it must be 0 "
+           "(off) or more than 20 MiB (the large-segment size); smaller values would stop "
+           "every segment from being split";
   }
   return "";
+}
+
+// Applies one key/value pair. Returns "" or an error message.
+std::string apply(const std::string& key, const std::string& value, Options* o) {
+#define PYALLOC_APPLY(name, kind, Type, def, choices, doc)                                  \
+  if (key == #name) {                                                                       \
+    if (!parse(Kind<OptionKind::kind>{}, value, choices, &o->name)) {                      \
+      return "invalid value '" + value + "' for pyalloc option '" #name "': expected " +   \
+             accepted_form(OptionKind::kind) + choices;                                     \
+    }                                                                                        \
+    return check_rule(key, value, *o);                                                       \
+  }
+  PYALLOC_OPTIONS(PYALLOC_APPLY)
+#undef PYALLOC_APPLY
+  return "unknown pyalloc option '" + key + "'; known options are: " + known_names();
 }
 
 }  // namespace
@@ -243,53 +241,21 @@ bool parse_size(const std::string& text, std::size_t* bytes) {
   return false;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      out += c;   // other control characters are dropped
-    }
-  }
-  return out;
-}
-
-std::string format_bytes(std::size_t bytes) {
-  static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int i = 0;
-  while (v >= 1024.0 && i < 4) v /= 1024.0, ++i;
-  char buf[64];
-  if (i == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kNames[i]);
-  return buf;
+const char* strategy_name(EvictStrategy s) {
+  Kind<OptionKind::kChoice> choice;
+  static const std::string names[] = {print(choice, "dtr, dte, window", EvictStrategy::kDtr),
+                                      print(choice, "dtr, dte, window", EvictStrategy::kDte),
+                                      print(choice, "dtr, dte, window", EvictStrategy::kWindow)};
+  const auto i = static_cast<std::size_t>(s);
+  return i < 3 ? names[i].c_str() : "?";
 }
 
 Options Options::defaults() {
   Options o;
-#define PYALLOC_DEFAULT(name, kind, def, doc) apply(#name, def, &o);
+#define PYALLOC_DEFAULT(name, kind, Type, def, choices, doc) apply(#name, def, &o);
   PYALLOC_OPTIONS(PYALLOC_DEFAULT)
 #undef PYALLOC_DEFAULT
   return o;
-}
-
-const char* strategy_name(EvictStrategy s) {
-  switch (s) {
-    case EvictStrategy::kDtr: return "dtr";
-    case EvictStrategy::kDte: return "dte";
-    case EvictStrategy::kWindow: return "window";
-  }
-  return "?";
-}
-
-std::string format_address(std::uintptr_t address) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, address);
-  return buf;
 }
 
 std::string Options::parse(const std::string& text, Options* out) {
@@ -314,48 +280,28 @@ std::string Options::parse(const std::string& text, Options* out) {
 }
 
 std::string Options::to_string() const {
-  // snprintf rather than iostreams: the library stays free of locale and stream state.
-  char buf[512];
-  if (budget_bytes) std::snprintf(buf, sizeof buf, "budget:%zu", budget_bytes);
-  // As a percentage: a bare "1" would read back as one byte, not the whole device.
-  else std::snprintf(buf, sizeof buf, "budget:%.15g%%", 100.0 * budget_fraction);
-  std::string out = buf;
-  std::snprintf(buf, sizeof buf,
-                ",sim_capacity:%zu,sim_sync_stream0:%s,max_split_size:%zu,stitch:%s,"
-                "stitch_first:%s,expandable:%s,lifetime_classes:%s,evictable_placement:%s,compact:%s,"
-                "evict_strategy:%s,"
-                "evict_threshold:%.17g,trace_capacity:%zu,check_invariants:%s",
-                sim_capacity, sim_sync_stream0 ? "true" : "false", max_split_size,
-                stitch ? "true" : "false", stitch_first ? "true" : "false",
-                expandable ? "true" : "false",
-                lifetime_classes ? "true" : "false", evictable_placement ? "true" : "false",
-                compact ? "true" : "false",
-                strategy_name(evict_strategy), evict_threshold,
-                trace_capacity,
-                check_invariants ? "true" : "false");
-  out += buf;
-  std::snprintf(buf, sizeof buf,
-                ",policy:%s,host_pool:%zu,prefetch:%zu,min_evictable:%zu,remat_cost:%s,"
-                "inplace_update:%s",
-                policy.c_str(), host_pool, prefetch, min_evictable, remat_cost.c_str(),
-                inplace_update ? "true" : "false");
-  return out + buf;
+  std::string out;
+#define PYALLOC_PRINT(name, kind, Type, def, choices, doc) \
+  out += (out.empty() ? "" : ",") + std::string(#name ":") + print(Kind<OptionKind::kind>{}, choices, name);
+  PYALLOC_OPTIONS(PYALLOC_PRINT)
+#undef PYALLOC_PRINT
+  return out;
 }
 
 std::string Options::table_json() {
   std::string out = "[";
-#define PYALLOC_ROW(name, kind, def, doc)                                                  \
-  out += std::string(out.size() > 1 ? "," : "") + "{\"name\":\"" #name "\",\"kind\":\"" + \
-         kind_name(OptionKind::kind) + "\",\"default\":\"" + json_escape(def) +           \
-         "\",\"doc\":\"" + json_escape(doc) + "\"}";
+#define PYALLOC_ROW(name, kind, Type, def, choices, doc)                                       \
+  out += std::string(out.size() > 1 ? "," : "") + "{\"name\":\"" #name "\",\"kind\":\"" +     \
+         kind_name(OptionKind::kind) + "\",\"default\":\"" + json_escape(def) +               \
+         "\",\"choices\":\"" + json_escape(choices) + "\",\"doc\":\"" + json_escape(doc) + "\"}";
   PYALLOC_OPTIONS(PYALLOC_ROW)
 #undef PYALLOC_ROW
   return out + "]";
 }
 
 std::size_t Options::budget_for(std::size_t device_total_bytes) const {
-  if (budget_bytes) return budget_bytes;
-  return static_cast<std::size_t>(budget_fraction * static_cast<double>(device_total_bytes));
+  if (budget.bytes) return budget.bytes;
+  return static_cast<std::size_t>(budget.fraction * static_cast<double>(device_total_bytes));
 }
 
 }  // namespace pyalloc

@@ -6,7 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "options.h"  // format_address
+#include "format.h"
 
 namespace pyalloc {
 namespace {
