@@ -110,7 +110,7 @@ Block* Engine::reclaim_cache_locked(std::size_t rounded, std::size_t size, Strea
   // no window either and stitch again. The zoo's UNet at 0.4 of its peak made 805
   // stitches and 2895 evictions a step (28-42x its unconstrained step); with the rung
   // kept for those alone, 0 and 41 (1.2-1.5x), and its least budget fell from 0.53 to
-  // 0.35 of the peak (BENCHMARKS.md, "Stitching before release"). Dropped for every
+  // 0.35 of the peak (docs/results/notebook.md, "Stitching before release"). Dropped for every
   // request, the GRU's 4 MiB request at its loss, bigger than any of its 2 MiB small
   // segments, found nothing to stitch into under swap at 0.4.
   // Without a registry the release rung is the better first answer: stitching there
