@@ -18,23 +18,17 @@ from typing import Any, Optional
 
 import torch
 
-from . import _lib, _torch_shim
+from . import _lib, _torch_shim, inplace, lifetime, registry, state
 from .errors import PyallocError
 from .options import Budget, build_options, effective
+from .publish import StatsPublisher
+from .torch_compat import patch_torch_cuda
 
 log = logging.getLogger("pyalloc")
 
-_installed_device: Optional[str] = None  # "cuda" or "cpu" once installed
-_keepalive: list = []  # objects PyTorch holds raw pointers into
-
-
-def installed_device() -> Optional[str]:
-    """``"cuda"``, ``"cpu"`` (the simulated device), or ``None`` before :func:`install`."""
-    return _installed_device
-
-
-def is_installed() -> bool:
-    return _installed_device is not None
+# Kept importable from here too (the state itself lives in pyalloc.state).
+installed_device = state.installed_device
+is_installed = state.is_installed
 
 
 def _resolve_device(device: str) -> str:
@@ -107,46 +101,33 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     RuntimeError
         Already installed; CUDA already initialized; ``device="cuda"`` without a GPU.
     """
-    global _installed_device
-    if _installed_device is not None:
+    if state.is_installed():
         raise RuntimeError(
-            f"pyalloc is already installed in this process (device={_installed_device!r}); "
+            f"pyalloc is already installed in this process (device={state.installed_device()!r}); "
             "install() can be called once, before the first tensor is created"
         )
     text = build_options(budget, options)
     resolved = _resolve_device(device)
     chosen = effective(text)
     if chosen["policy"] != "none":
-        from . import registry
-
         # Before anything is installed: a dispatch key another library holds (torchdistx)
         # is an error that leaves the process as it was.
         registry.claim_dispatch_key()
     if resolved == "cuda":
         _install_cuda(text)
         if patch_torch:
-            from .torch_compat import patch_torch_cuda
-
             patch_torch_cuda()
     else:
         _install_cpu(text)
-    _installed_device = resolved
-    from . import lifetime
-
+    state.set_installed(resolved)
     lifetime.arm()   # the model built from here on, and optimizer state, are long-lived
     if chosen["inplace_update"] == "true":
-        from . import inplace
-
         inplace.enable()
     if chosen["policy"] != "none":
-        from . import registry
-
         registry.enable()   # its settings come from the engine's options
     stats_file = stats_file or os.environ.get("PYALLOC_STATS_FILE")
     if stats_file:
-        from .publish import StatsPublisher
-
-        _keepalive.append(StatsPublisher(stats_file, stats_interval).start())
+        state.keep_alive(StatsPublisher(stats_file, stats_interval).start())
     log.info("pyalloc: installed on %s with options %r", resolved, text)
     return resolved
 
@@ -175,7 +156,7 @@ def _install_cuda(options: str) -> None:
     hooks.set_memory_fraction_fn(_lib.address_of("pyalloc_memory_fraction_hook"))
     hooks.set_record_stream_fn(_lib.address_of("pyalloc_record_stream_hook"))
     torch.cuda.memory.change_current_allocator(allocator)
-    _keepalive.append(allocator)
+    state.keep_alive(allocator)
 
 
 def _install_cpu(options: str) -> None:

@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from . import files
+from . import files, state
+from .memory import memory_stats
 
 log = logging.getLogger("pyalloc")
 
@@ -39,10 +40,8 @@ class StatsPublisher:
         return self
 
     def publish(self) -> None:
-        from . import installed_device, memory_stats
-
         doc = {"format": "pyalloc-stats", "version": files.VERSION, "time": files.now_iso(),
-               "pid": os.getpid(), "device": installed_device(), "stats": memory_stats(0)}
+               "pid": os.getpid(), "device": state.installed_device(), "stats": memory_stats(0)}
         files.save(self.path, doc)
 
     def _run(self) -> None:

@@ -50,7 +50,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
-from . import _torch_shim
+from . import _torch_shim, state
+from .options import parse_conf
 from .engine import Engine
 
 POLICIES = ("recompute", "swap", "hybrid")
@@ -160,9 +161,7 @@ class Registry:
     def _start(self) -> None:
         shim = _torch_shim.load()
         claim_dispatch_key()
-        from .options import parse_conf
-
-        device = torch.cuda.current_device() if _installed_device() == "cuda" else -1
+        device = torch.cuda.current_device() if state.installed_device() == "cuda" else -1
         place = parse_conf(self.engine.options_string)["evictable_placement"] == "true"
         if shim.pyalloc_registry_start(
                 self.engine.handle, POLICIES.index(self.policy), _COSTS.index(self.cost_model),
@@ -252,7 +251,7 @@ class Registry:
         """Measures one swap copy's bandwidth (bytes/s) on this device: the hybrid policy
         compares copy time with compute time."""
         nbytes = max(4096, min(nbytes, int(self.engine.stats()["host_pool_bytes"]) // 2))
-        cuda = _installed_device() == "cuda"
+        cuda = state.installed_device() == "cuda"
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         with self.paused():
@@ -304,12 +303,6 @@ def claim_dispatch_key() -> None:
         raise RuntimeError(_torch_shim.last_error())
 
 
-def _installed_device() -> Optional[str]:
-    from .install import installed_device
-
-    return installed_device()
-
-
 _active: Optional[Registry] = None    # the process-wide registry of install(policy=...)
 _current: Optional[Registry] = None   # the running one: _active, or a recompute() block's
 
@@ -359,8 +352,6 @@ def _stop(registry: Registry) -> None:
 
 def _settings(engine: Engine, **given: Any) -> Dict[str, Any]:
     """``given`` with every None filled in from the engine's options."""
-    from .options import parse_conf
-
     chosen = parse_conf(engine.options_string)
     defaults = {"min_bytes": int(chosen["min_evictable"]), "cost": chosen["remat_cost"],
                 "policy": chosen["policy"] if chosen["policy"] in POLICIES else "recompute",
@@ -379,9 +370,7 @@ def enable(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
         raise RuntimeError("pyalloc: eviction is already on (install(policy=...) or "
                            "pyalloc.registry.enable() was called before)")
     if engine is None:
-        from . import _engine
-
-        engine = _engine(None)
+        engine = state.engine(None)
     _active = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
                                          prefetch=prefetch, host_pool=host_pool))
     return _active
@@ -413,9 +402,7 @@ def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
         yield _current
         return
     if engine is None:
-        from . import _engine
-
-        engine = _engine(None)
+        engine = state.engine(None)
     registry = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
                                           prefetch=prefetch, host_pool=host_pool))
     try:

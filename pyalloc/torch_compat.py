@@ -15,13 +15,13 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from . import memory, state
+
 _patched: Dict[str, Callable[..., Any]] = {}  # name -> torch's original
 
 
 def _device_index(device: Any) -> Optional[int]:
-    from . import installed_device
-
-    if installed_device() != "cuda":
+    if state.installed_device() != "cuda":
         return 0
     if device is None:
         return None
@@ -30,9 +30,7 @@ def _device_index(device: Any) -> Optional[int]:
 
 def memory_stats(device: Any = None) -> "collections.OrderedDict[str, Any]":
     """``torch.cuda.memory_stats``: torch's keys (plus pyalloc's), sorted, as torch returns."""
-    from . import memory_stats as stats
-
-    return collections.OrderedDict(sorted(stats(_device_index(device)).items()))
+    return collections.OrderedDict(sorted(memory.memory_stats(_device_index(device)).items()))
 
 
 def memory_allocated(device: Any = None) -> int:
@@ -52,15 +50,11 @@ def max_memory_reserved(device: Any = None) -> int:
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    from . import reset_peak_memory_stats as reset
-
-    reset(_device_index(device))
+    memory.reset_peak_memory_stats(_device_index(device))
 
 
 def reset_accumulated_memory_stats(device: Any = None) -> None:
-    from . import _engine
-
-    _engine(_device_index(device)).reset_accumulated_stats()
+    state.engine(_device_index(device)).reset_accumulated_stats()
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:

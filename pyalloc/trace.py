@@ -12,7 +12,8 @@ import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from . import _lib, files
+from . import _lib, files, state
+from .memory import stats_of
 from .engine import Engine
 from .errors import PyallocError
 
@@ -22,23 +23,11 @@ _TORCH_DIRS = (os.path.dirname(os.path.dirname(__file__)),)  # filled lazily wit
 def _resolve(engine: Union[Engine, int, None]) -> Engine:
     if isinstance(engine, Engine):
         return engine
-    from . import _engine  # the installed engine of a device
-
-    return _engine(engine)
-
-
-def _stats(engine: Engine) -> Dict[str, Any]:
-    """The engine's stats, with the registry's counters when policy="recompute" is on."""
-    stats = engine.stats()
-    from . import registry
-
-    if registry.active() is not None and registry.active().engine.handle == engine.handle:
-        stats.update({"remat." + k: v for k, v in registry.active().stats().items()})
-    return stats
+    return state.engine(engine)
 
 
 def _state(engine: Engine) -> Dict[str, Any]:
-    return {"snapshot": engine.snapshot(), "stats": _stats(engine)}
+    return {"snapshot": engine.snapshot(), "stats": stats_of(engine)}
 
 
 def save_snapshot(path: Union[str, "os.PathLike[str]"],
@@ -61,7 +50,7 @@ def save_snapshot(path: Union[str, "os.PathLike[str]"],
     else:
         layout = eng.snapshot()
     doc = {"format": files.SNAPSHOT, "version": files.VERSION, "time": files.now_iso(),
-           **layout, "stats": _stats(eng)}
+           **layout, "stats": stats_of(eng)}
     return str(files.save(path, doc))
 
 
