@@ -19,6 +19,10 @@
 
 namespace pyalloc {
 
+// The stats table's pool of a segment (kSmallPool or kLargePool, stats.h).
+inline int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kSmallPool : kLargePool; }
+
+
 // Note [Exact-size cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Training asks for the same sizes every step (the demo's trace: 12 distinct sizes in
