@@ -70,7 +70,7 @@ print("params", _h.hexdigest())
 """
 
 
-# A training run of one of pyalloc.models' tasks in a fresh process: install with the
+# A training run of one of pyalloc.bench.models' tasks in a fresh process: install with the
 # given options, run `setup`, train with `optimizer` (SGD with momentum unless the caller
 # names another), run `report`, print the losses,
 # the state digest, the peak reserved bytes, and the registry's counters ("remat.*",
@@ -78,7 +78,7 @@ print("params", _h.hexdigest())
 TRAIN = """
 import json, torch, pyalloc
 pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
-from pyalloc.models import TASKS
+from pyalloc.bench.models import TASKS
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
 {setup}
@@ -125,7 +125,7 @@ def train(task: str, budget, steps: int = 20, batch: int | None = None, device: 
     counters}``. Identical calls are run once per test session (the unconstrained reference
     runs are shared)."""
     if batch is None:
-        from pyalloc.models import TASKS
+        from pyalloc.bench.models import TASKS
 
         batch = TRAIN_BATCH.get(task) or TASKS[task].default_batch
     out = _train(task, budget, steps, batch, device,

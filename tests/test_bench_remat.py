@@ -1,4 +1,4 @@
-"""tools/bench_remat.py's floor: the budget below which no eviction strategy can train.
+"""The rematerialization benchmark's floor (pyalloc.bench.remat, tools/bench_remat.py): the budget below which no eviction strategy can train.
 
 BENCHMARKS.md uses the floor to say how much of the gap between the strategies is left
 for victim choice to win, so it must be a true lower bound (every strategy fails below it)
@@ -13,9 +13,8 @@ import pytest
 from conftest import run_in_subprocess
 
 WORKER = """
-import json, sys
-sys.path.insert(0, {tools!r})
-from bench_remat import Worker
+import json
+from pyalloc.bench.remat import Worker
 w = Worker("mlp", {config!r}, "cpu", 1024)
 if {config!r} == "floor":
     print(json.dumps(w.floor(2 << 30)))
@@ -25,13 +24,11 @@ else:
 
 
 def _worker(config: str, budgets=()) -> dict:
-    from pathlib import Path
-
-    tools = str(Path(__file__).resolve().parent.parent / "tools")
-    out = run_in_subprocess(WORKER.format(tools=tools, config=config, budgets=list(budgets)))
+    out = run_in_subprocess(WORKER.format(config=config, budgets=list(budgets)))
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_no_strategy_trains_below_the_floor_and_the_best_trains_near_it():
     floor = _worker("floor")
     assert floor["op"].startswith("aten.") and 0 < floor["droppable"] < floor["allocated"]
@@ -44,20 +41,16 @@ def test_no_strategy_trains_below_the_floor_and_the_best_trains_near_it():
         assert trained[str(near)], (strategy, floor)
 
 
+@pytest.mark.slow
 def test_skip_leaves_out_the_searches_and_keeps_the_step_times(tmp_path):
     """--skip, for a short GPU lease: no min-budget or max-batch search and no per-op
     figure, but the step times at 0.9 and 0.5 of the peak are still measured."""
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parent.parent / "tools" / "bench_remat.py"
     run_in_subprocess(f"""
         import sys
-        sys.argv = [{str(tool)!r}, "--tasks", "mlp_small", "--configs", "baseline", "window",
-                    "--steps", "3", "--skip", "min-budget", "max-batch", "overhead",
-                    "--out", {str(tmp_path)!r}]
-        sys.path.insert(0, {str(tool.parent)!r})
-        import bench_remat
-        sys.exit(bench_remat.main(sys.argv[1:]))
+        from pyalloc.bench import remat
+        sys.exit(remat.main(["--tasks", "mlp_small", "--configs", "baseline", "window",
+                             "--steps", "3", "--skip", "min-budget", "max-batch", "overhead",
+                             "--out", {str(tmp_path)!r}]))
     """)
     results = {r["config"]: r for r in json.loads((tmp_path / "bench_remat.json").read_text())["results"]}
     window = results["window"]

@@ -1,4 +1,4 @@
-"""The head-to-head benchmark suite (pyalloc.bench_suite, tools/bench_suite.py,
+"""The head-to-head benchmark suite (pyalloc.bench.suite, tools/bench_suite.py,
 ``pyalloc-bench``): a real, small run on the simulated device, its files and figures, the
 batch search, and the errors for arguments it cannot honour."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pyalloc import bench_suite
+from pyalloc.bench import suite as bench_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +30,7 @@ def quick_run(tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_quick_run_writes_json_markdown_and_plot_with_real_figures(quick_run):
     out, proc = quick_run
     data = json.loads((out / "bench_suite.json").read_text())

@@ -1,6 +1,8 @@
 """The main job: pyalloc-demo runs, and every pyalloc-stats subcommand works on its files."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import pickle
 import subprocess
@@ -11,6 +13,7 @@ from pyalloc.replay import replay
 from pyalloc.stats_cli import main as stats
 
 
+@pytest.mark.slow
 def test_demo_and_every_stats_subcommand_on_its_files(tmp_path, capsys):
     out = tmp_path / "demo"
     proc = subprocess.run(

@@ -6,6 +6,8 @@ test_remat_random.py and test_unet.py; this file tests the mechanism under them.
 """
 from __future__ import annotations
 
+import pytest
+
 from conftest import run_in_subprocess, run_unit, train
 
 # Takes the registry's dispatch key first, as torchdistx's deferred_init would.
@@ -83,6 +85,7 @@ def test_autocast_casts_are_nodes():
     """)
 
 
+@pytest.mark.slow
 def test_backward_ops_pass_through_the_registry_and_restore_what_they_read():
     run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
@@ -98,6 +101,7 @@ def test_backward_ops_pass_through_the_registry_and_restore_what_they_read():
     """)
 
 
+@pytest.mark.slow
 def test_python_numbers_replay_as_numbers():
     # PyTorch wraps a Python scalar as a 0-dim tensor marked as a number, which changes type
     # promotion (half * 2.5 stays half); the lineage keeps the number, and replay must wrap
@@ -113,6 +117,7 @@ def test_python_numbers_replay_as_numbers():
     """)
 
 
+@pytest.mark.slow
 def test_a_python_dispatch_mode_of_the_program_works_beside_the_registry():
     # The registry sits above the Python key: a mode the program pushes (here pyalloc's own
     # op tagging for traces) sees every op, including the registry's replays, and training
@@ -129,6 +134,7 @@ _trace.__enter__()
     assert tight["evictions"] > 0 and tight["recomputes"] > 0, tight
 
 
+@pytest.mark.slow
 def test_the_registry_keeps_its_invariants_through_training_and_lets_go_of_what_dies():
     report = """
 from pyalloc import registry as _r
@@ -143,13 +149,14 @@ print("nodes after", _r.active().stats()["nodes"])
     assert nodes_after <= 2, tight["output"]
 
 
+@pytest.mark.slow
 def test_every_activation_of_a_forward_pass_is_a_node():
     # matmul and linear have a kernel on the Autograd alias key as well as a math kernel, but
     # the math kernel is what runs for dense tensors: their pieces (the clones a reshape of
     # q, k and v makes inside matmul, bmm, addmm) are what autograd saves, and each must be
     # a node, or it stays on the device through backward.
     run_unit("""
-        from pyalloc.models import TASKS
+        from pyalloc.bench.models import TASKS
         task = TASKS["transformer"]
         model = task.build()
         x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
@@ -193,12 +200,13 @@ def test_an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state
     """)
 
 
+@pytest.mark.slow
 def test_a_benchmark_time_limit_stops_a_backward_running_in_cpp():
     # Backward runs in C++ on this thread: SIGALRM's handler waits for it to return, so
     # the limit's watchdog interrupts the registry, and the error it raises becomes
     # TooSlow (the exception chain tells the two ways apart).
     run_unit("""
-        from pyalloc.bench_suite import TooSlow, time_limit
+        from pyalloc.bench.suite import TooSlow, time_limit
         ws = [torch.randn(1024, 1024, requires_grad=True) for _ in range(60)]
         with pyalloc.recompute() as reg:
             h = torch.randn(1024, 1024)

@@ -389,6 +389,7 @@ def test_a_large_request_is_served_by_evicting_whole_small_segments(placement):
     e.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", ["true", "false"])
 def test_the_registry_places_what_it_records_under_the_option(placement):
     # The registry says which allocations are evictable only when the engine would use it
@@ -397,7 +398,7 @@ def test_the_registry_places_what_it_records_under_the_option(placement):
     out = run_in_subprocess(f"""
         import torch, pyalloc
         pyalloc.install(device="cpu", policy="recompute", evictable_placement="{placement}")
-        from pyalloc.models import mlp
+        from pyalloc.bench.models import mlp
         model = mlp(256, 4)
         x = torch.randn(256, 256)
         loss = model(x).square().mean()

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import train
 from memory_patterns import MiB, assert_pattern, segment_of, write_pattern
-from pyalloc.patterns import PATTERNS
+from pyalloc.bench.patterns import PATTERNS
 from pyalloc.replay import replay
 
 
@@ -218,6 +218,7 @@ def test_patterns_with_expandable_segments(name):
         assert result.covered_failures == 0, (name, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["recompute", "hybrid"])
 def test_training_with_expandable_segments_under_a_policy_is_bit_identical(policy):
     free = train("cnn", "2GiB", steps=4)

@@ -1,4 +1,4 @@
-"""Fragmentation: the randomized allocation patterns (pyalloc.patterns) replayed through the
+"""Fragmentation: the randomized allocation patterns (pyalloc.bench.patterns) replayed through the
 engine, and the requirement VMM stitching must meet.
 
 * The patterns are well formed (every free matches a live allocation, nothing is left
@@ -18,7 +18,7 @@ import re
 import pytest
 
 from conftest import run_in_subprocess, train
-from pyalloc.patterns import PATTERNS, checkerboard
+from pyalloc.bench.patterns import PATTERNS, checkerboard
 from pyalloc.replay import replay
 
 FRAGMENTING = ["interleaved", "mixed_sizes", "checkerboard"]
@@ -148,6 +148,7 @@ with pyalloc.recompute(min_bytes=0, host_pool={host_pool}) as reg:
 """
 
 
+@pytest.mark.slow
 def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
     # Compaction through host memory: under recompute with a host pool, a storage with no
     # lineage left is moved out of the way as a last resort (contents and views kept) and
@@ -203,6 +204,7 @@ def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_eng
 
 
 
+@pytest.mark.slow
 def test_a_stitched_range_another_stream_used_is_unmapped_only_after_that_stream():
     # Stream 0 is synchronous on the simulated device, but a side stream recorded on the
     # block is not: freeing must wait for it before unmapping, or its write lands on an
@@ -451,6 +453,7 @@ def check_compaction_moves_frozen_storages(device: str) -> None:
     assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
 
 
+@pytest.mark.slow
 def test_compaction_moves_frozen_storages_with_their_contents_and_views():
     # Under recompute with no host pool a frozen storage cannot leave the device; when it
     # is all that stands between 1.5 MiB holes and a 4 MiB request, compaction moves it
@@ -463,7 +466,7 @@ def test_compaction_moves_frozen_storages_with_their_contents_and_views():
 # activations backward needs resident (some evicted, under a budget), it asks four times
 # for a run 1 MiB larger than the largest free block, which only moving storages can open.
 SHAKE = """
-from pyalloc import models as _models
+from pyalloc.bench import models as _models
 _engine = pyalloc._engine(None)
 _moved = [0]
 _loss = _models.Task.loss
@@ -487,8 +490,9 @@ def _moved(run: dict) -> tuple:
     return tuple(map(int, re.search(r"^moved (\d+) (\d+)$", run["output"], re.M).groups()))
 
 
+@pytest.mark.slow
 def test_training_with_storages_moved_mid_step_is_bit_identical():
-    # pyalloc.models.inplace_mlp (every third activation frozen: rescaled in place past
+    # pyalloc.bench.models.inplace_mlp (every third activation frozen: rescaled in place past
     # what the registry replays) under recompute; after each forward, storages that
     # backward reads are moved device to device (Engine.compact). With room to spare
     # (1.5x the peak) the moves are all that happens. Losses and every parameter match the
@@ -502,6 +506,7 @@ def test_training_with_storages_moved_mid_step_is_bit_identical():
     assert moved["frozen"] > 0
 
 
+@pytest.mark.slow
 def test_storages_moved_mid_step_under_a_binding_budget_mix_with_evictions_bit_identically():
     # The same under budgets that bind (small blocks placed by size alone this time), where
     # moves mix with evictions and recomputes. A window can be emptied only where the
@@ -553,13 +558,10 @@ e.check_invariants()
     (0, 10, 0), (1, 10, 1), (3, 10, 3), (300, 1000, 300), (1000, 1000, 1000),
     (1001, 1000, None), (5, 4, None)])
 def test_least_budget_search_finds_the_least_in_few_trials(above, most, want):
-    # tools/bench_frag.py's search for the least budget that trains: exact where more memory
+    # pyalloc.bench.frag's search for the least budget that trains: exact where more memory
     # never hurts, in about 2 log2(distance) trials (a GPU's 2 MiB chunks of 10 GiB are
     # thousands), never above `most`.
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    from bench_frag import CHUNK, least_chunks
+    from pyalloc.bench.frag import CHUNK, least_chunks
 
     start = 50 * CHUNK
     tried = []

@@ -301,7 +301,7 @@ def test_inplace_update_on_gpu_trains_identically_with_no_allocation_in_step():
     script = """
         import torch, pyalloc
         pyalloc.install(device="cuda", budget="4GiB", inplace_update={mode})
-        from pyalloc.models import TASKS
+        from pyalloc.bench.models import TASKS
         torch.manual_seed(0)
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.enabled = False
@@ -378,7 +378,7 @@ def test_stitching_on_gpu_maps_free_chunks_of_several_segments_and_keeps_data():
 
 def test_no_request_fails_on_gpu_while_free_chunks_would_hold_it():
     # The randomized patterns replayed through the CUDA backend itself (real mappings).
-    from pyalloc.patterns import PATTERNS
+    from pyalloc.bench.patterns import PATTERNS
     from pyalloc.replay import replay
 
     for name, generate in sorted(PATTERNS.items()):

@@ -18,7 +18,7 @@ from conftest import STATE_DIGEST, run_in_subprocess, training_record
 RUN = """
 import torch, pyalloc
 pyalloc.install(device="cpu", budget="2GiB", inplace_update={mode})
-from pyalloc.models import TASKS
+from pyalloc.bench.models import TASKS
 task = TASKS[{task!r}]
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
@@ -86,6 +86,7 @@ def run(task: str, optimizer: str, mode: bool, batch: int) -> str:
                                         batch=batch, digest=STATE_DIGEST))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,batch,optimizer", [
     ("cnn", 32, "sgd"), ("cnn", 32, "adam"), ("transformer", 16, "adamw"),
     ("mlp", 512, "sgd-plain"), ("mlp", 512, "adam-maximize"),
@@ -110,6 +111,7 @@ def test_inplace_update_trains_identically_with_no_parameter_sized_allocation(
         assert max(off_largest[1:]) > 512, off_largest
 
 
+@pytest.mark.slow
 def test_other_optimizers_run_pytorchs_step_in_the_persistent_region():
     out = run_in_subprocess("""
 import torch, pyalloc

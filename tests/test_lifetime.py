@@ -110,6 +110,7 @@ def test_the_phase_is_traced_and_the_replay_places_blocks_as_the_live_run_did(ma
     assert replay(trace, {"lifetime_classes": "false"}).num_device_alloc == 1
 
 
+@pytest.mark.slow
 def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_path):
     run_unit(f"""
         from memory_patterns import segment_of
@@ -169,12 +170,14 @@ def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_pat
     """)
 
 
+@pytest.mark.slow
 def test_training_is_bit_identical_with_lifetime_classes_on_and_off():
     on = train("cnn", "2GiB", steps=4)   # the default; shared with test_remat and test_swap
     off = train("cnn", "2GiB", steps=4, lifetime_classes="false")
     assert on["record"] == off["record"] and len(on["record"]) == 5
 
 
+@pytest.mark.slow
 def test_adam_foreach_trains_identically_with_lifetime_classes_on_and_off():
     # foreach: its temporaries are made inside step(), so they are long-lived requests.
     adam = "torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)"

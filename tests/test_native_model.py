@@ -1,4 +1,4 @@
-"""The model of PyTorch's caching allocator (tools/native_model.py) that bench_frag uses to
+"""The model of PyTorch's caching allocator (pyalloc/bench/native_model.py) that bench_frag uses to
 compare pyalloc with PyTorch where there is no GPU.
 
 * Its rules, one by one: rounding to 512 B, the two pools and their segment sizes, when a
@@ -20,18 +20,16 @@ compare pyalloc with PyTorch where there is no GPU.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from pyalloc.bench.native_model import (GpuWorker2026, NativeCachingAllocator, replay,
+                                        round_size, segment_size)
+from pyalloc.bench.patterns import COLUMNS, PATTERNS
+from pyalloc.replay import replay as replay_pyalloc
 
-from native_model import (GpuWorker2026, NativeCachingAllocator, replay,  # noqa: E402
-                          round_size, segment_size)
-from pyalloc.patterns import COLUMNS, PATTERNS  # noqa: E402
-from pyalloc.replay import replay as replay_pyalloc  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 MiB = 1 << 20
 

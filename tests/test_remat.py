@@ -14,6 +14,7 @@ import pytest
 from conftest import run_in_subprocess, run_unit, train
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["mlp", "cnn", "transformer"])
 def test_trains_bit_identically_at_35_percent_of_peak(task):
     free = train(task, "2GiB")
@@ -27,6 +28,7 @@ def test_trains_bit_identically_at_35_percent_of_peak(task):
     assert "evictions" not in free   # no policy, no registry
 
 
+@pytest.mark.slow
 def test_each_strategy_trains_bit_identically():
     free = train("cnn", "2GiB", steps=4)
     for strategy in ("dtr", "dte"):
@@ -40,7 +42,7 @@ SCOPED = """
 import torch, pyalloc
 from torch import nn
 pyalloc.install(device="cpu", budget="{budget}")
-from pyalloc.models import mlp
+from pyalloc.bench.models import mlp
 torch.manual_seed(0)
 model = mlp(256, 6)
 x = torch.randn(4096, 256)
@@ -55,6 +57,7 @@ for step in range(3):
 """
 
 
+@pytest.mark.slow
 def test_scoped_form_restores_what_the_program_keeps():
     free = run_in_subprocess(SCOPED.format(budget="2GiB"))
     tight = run_in_subprocess(SCOPED.format(budget="40MiB"))
@@ -65,7 +68,7 @@ def test_scoped_form_restores_what_the_program_keeps():
 OOM = """
 import hashlib, torch, pyalloc
 pyalloc.install(device="cpu", budget="2GiB", policy="recompute")
-from pyalloc.models import TASKS
+from pyalloc.bench.models import TASKS
 task = TASKS["cnn"]
 torch.manual_seed(0)
 model = task.build()
@@ -103,6 +106,7 @@ print("snapshot has remat counters", "remat.recomputes" in json.load(open(path))
 """
 
 
+@pytest.mark.slow
 def test_budget_below_the_minimum_fails_cleanly_and_keeps_training_state():
     out = run_in_subprocess(OOM)
     assert "oom: pyalloc: out of memory" in out
@@ -110,6 +114,7 @@ def test_budget_below_the_minimum_fails_cleanly_and_keeps_training_state():
     assert "snapshot has remat counters True" in out   # so pyalloc-stats report shows them
 
 
+@pytest.mark.slow
 def test_random_ops_replay_bit_for_bit():
     run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
@@ -125,6 +130,7 @@ def test_random_ops_replay_bit_for_bit():
     """)
 
 
+@pytest.mark.slow
 def test_readers_of_an_earlier_version_stay_recomputable():
     run_unit("""
         x = torch.randn(256, 256, requires_grad=True)
@@ -193,6 +199,7 @@ def test_what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_
     """)
 
 
+@pytest.mark.slow
 def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind():
     # Autograd sums a skip connection's two gradients in place, into the one that came
     # down the skip, after the branch read it: a cycle of readers through an earlier
@@ -227,6 +234,7 @@ def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind()
     """)
 
 
+@pytest.mark.slow
 def test_parameters_inputs_and_gradients_are_never_evicted():
     run_unit("""
         model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
@@ -275,6 +283,7 @@ BACKWARD = """
 """
 
 
+@pytest.mark.slow
 def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     run_unit(BACKWARD + """
         want, seen, free_stats, _ = step(False)
@@ -290,6 +299,7 @@ def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     """)
 
 
+@pytest.mark.slow
 def test_a_backward_that_raises_leaves_no_backward_nodes_behind():
     run_unit(BACKWARD + """
         want, _, _, _ = step(False)
@@ -307,6 +317,7 @@ def test_a_backward_that_raises_leaves_no_backward_nodes_behind():
     """)
 
 
+@pytest.mark.slow
 def test_autograd_grad_results_are_the_programs():
     run_unit("""
         x = torch.randn(512, 256, requires_grad=True)
@@ -323,6 +334,7 @@ def test_autograd_grad_results_are_the_programs():
     """)
 
 
+@pytest.mark.slow
 def test_views_follow_their_storage():
     run_unit("""
         x = torch.randn(64, 128, requires_grad=True)
@@ -337,6 +349,7 @@ def test_views_follow_their_storage():
     """)
 
 
+@pytest.mark.slow
 def test_bad_arguments_name_the_problem():
     run_unit("""
         import pytest
@@ -362,6 +375,7 @@ except ValueError as e:
     assert "policy" in out and "none, recompute" in out
 
 
+@pytest.mark.slow
 def test_modifying_a_saved_tensor_in_place_is_still_an_error():
     # Autograd skips its version check for tensors behind saved-tensor hooks; the registry
     # makes it instead, so a user's in-place bug is not silently turned into wrong gradients.
@@ -376,13 +390,14 @@ def test_modifying_a_saved_tensor_in_place_is_still_an_error():
     """)
 
 
+@pytest.mark.slow
 def test_a_replay_runs_in_the_grad_mode_its_op_ran_in():
     """An LSTM on the CPU (mkldnn_rnn_layer) returns its workspace only with grad mode on.
     With every storage recorded (min_evictable 0), backward restores the layer's small
     outputs by replaying it with grad mode off, where it made one result fewer than
     recorded and the restore failed; replayed in the forward's mode, training is
     bit-identical."""
-    import pyalloc.zoo  # noqa: F401  (adds the zoo_* tasks)
+    import pyalloc.bench.zoo  # noqa: F401  (adds the zoo_* tasks)
 
     free = train("zoo_lstm_lm", "2GiB", steps=3)
     tight = train("zoo_lstm_lm", int(0.5 * free["peak"]), steps=3, policy="recompute",
@@ -391,6 +406,7 @@ def test_a_replay_runs_in_the_grad_mode_its_op_ran_in():
     assert tight["recomputes"] > 0 and tight["peak"] <= 0.5 * free["peak"], tight
 
 
+@pytest.mark.slow
 def test_empty_cache_after_an_oom_in_backward_frees_what_the_failed_step_left():
     """An out-of-memory error in backward leaves the step's nodes behind, dead (the
     program dropped their tensors) but waiting for the registry's next periodic sweep, with
@@ -399,8 +415,8 @@ def test_empty_cache_after_an_oom_in_backward_frees_what_the_failed_step_left():
     out = run_in_subprocess("""
         import gc, torch, pyalloc
         pyalloc.install(device="cpu", policy="recompute")
-        import pyalloc.zoo
-        from pyalloc.models import TASKS
+        import pyalloc.bench.zoo
+        from pyalloc.bench.models import TASKS
         task = TASKS["zoo_unet"]
         torch.manual_seed(0)
         model = task.build()

@@ -117,6 +117,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, examples", [("recompute", 150), ("swap", 60), ("hybrid", 60)])
 def test_random_programs_read_back_the_same_bits_after_any_eviction(policy, examples):
     options = "" if policy == "recompute" else f", policy={policy!r}, host_pool=64 << 20"

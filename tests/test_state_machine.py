@@ -463,6 +463,7 @@ _SETTINGS = dict(deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("machine", [CompactingMachine, ExpandableCompactingMachine])
 def test_compaction_moves_blocks_soundly_under_random_workloads(machine):
     from hypothesis.stateful import run_state_machine_as_test
@@ -487,6 +488,8 @@ class ExpandableEngineMachine(EngineMachine):
 
 EngineMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, **_SETTINGS)
 TestEngineStateMachine = EngineMachine.TestCase
+TestEngineStateMachine.pytestmark = [pytest.mark.slow]
 ExpandableEngineMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50,
                                                      **_SETTINGS)
 TestExpandableEngineStateMachine = ExpandableEngineMachine.TestCase
+TestExpandableEngineStateMachine.pytestmark = [pytest.mark.slow]

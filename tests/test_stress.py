@@ -28,6 +28,7 @@ from pyalloc import OutOfMemoryError
 THREADS = 8
 
 
+@pytest.mark.slow
 def test_native_stress_under_a_tight_budget(make_engine, stress_ops):
     engine = make_engine(budget="64MiB", sim_capacity="128MiB")
     engine.stress(threads=THREADS, ops=stress_ops, seed=1, max_size=16 * MiB,
@@ -64,6 +65,7 @@ def test_native_stress_small_blocks_and_max_split_size(make_engine, stress_ops):
     assert stats["allocation.all.current"] == 0
 
 
+@pytest.mark.slow
 def test_stress_with_the_check_invariants_option():
     """With check_invariants:true the engine checks itself after every operation and
     aborts on a violation, so this runs in its own process."""

@@ -228,6 +228,7 @@ TestSwapMachine.settings = settings(max_examples=25, stateful_step_count=30, dea
 
 
 # --- training -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["swap", "hybrid"])
 @pytest.mark.parametrize("task", ["mlp", "cnn", "transformer"])
 def test_trains_bit_identically_at_35_percent_of_peak(task, policy):
@@ -254,6 +255,7 @@ registry.active().calibrate_copies()   # hybrid sees the slow copy engine
 """
 
 
+@pytest.mark.slow
 def test_a_slow_copy_engine_changes_nothing_and_steers_hybrid_to_recompute():
     free = train("cnn", "2GiB", steps=5)
     budget = int(0.35 * free["peak"])
@@ -269,6 +271,7 @@ def test_a_slow_copy_engine_changes_nothing_and_steers_hybrid_to_recompute():
     assert hybrid["chose_recompute"] > 0 and hybrid["recomputes"] > 0, hybrid
 
 
+@pytest.mark.slow
 def test_a_full_host_pool_falls_back_to_recompute():
     free = train("cnn", "2GiB", steps=4)
     tight = train("cnn", int(0.35 * free["peak"]), steps=4, policy="swap", host_pool=4 * MiB)
@@ -276,6 +279,7 @@ def test_a_full_host_pool_falls_back_to_recompute():
     assert tight["swap_fallbacks"] > 0 and tight["recomputes"] > 0, tight
 
 
+@pytest.mark.slow
 def test_refused_copies_during_training_change_nothing():
     free = train("transformer", "2GiB", steps=4)
     # Copies fail now and then (every 7th): swap-outs fall back to recompute, swap-ins of
@@ -295,6 +299,7 @@ threading.Thread(target=_fail, daemon=True).start()
     assert tight["swap_failures"] > 0, tight
 
 
+@pytest.mark.slow
 def test_a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing():
     run_unit("""
         x = torch.randn(512, 512, requires_grad=True)
@@ -351,6 +356,7 @@ with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20) as reg:
     assert "intact True" in out and "refused 1" in out
 
 
+@pytest.mark.slow
 def test_bad_policy_arguments_name_the_problem():
     run_unit("""
         with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):

@@ -39,6 +39,7 @@ if {install}:
 """
 
 
+@pytest.mark.slow
 def test_training_is_bit_identical_with_and_without_pyalloc():
     with_pyalloc = run_in_subprocess(TRAIN.format(digest=PARAM_DIGEST, install=True))
     without = run_in_subprocess(TRAIN.format(digest=PARAM_DIGEST, install=False))
@@ -73,6 +74,7 @@ def test_memory_stats_agree_with_live_tensors():
     """)
 
 
+@pytest.mark.slow
 def test_oom_is_a_torch_oom_with_a_report_and_training_continues():
     out = run_in_subprocess("""
         import torch, pyalloc
@@ -108,6 +110,7 @@ def test_oom_is_a_torch_oom_with_a_report_and_training_continues():
     assert "oom at batch 16384" in out and "trained at batch" in out
 
 
+@pytest.mark.slow
 def test_pyalloc_conf_and_keyword_arguments():
     out = run_in_subprocess("""
         import pyalloc

@@ -97,6 +97,7 @@ def test_replay_with_other_options(tmp_path):
     assert "budget:41943040" in tight.options
 
 
+@pytest.mark.slow
 def test_replay_tool_cli(tmp_path):
     import subprocess, sys
     from pathlib import Path
@@ -112,6 +113,7 @@ def test_replay_tool_cli(tmp_path):
     assert bad.returncode == 2 and "no such file" in bad.stderr
 
 
+@pytest.mark.slow
 def test_training_trace_replays_to_the_same_peak(tmp_path):
     out = run_in_subprocess(f"""
         import json, torch, pyalloc

@@ -1,4 +1,4 @@
-"""The UNet task (pyalloc.models.UNet): the model of a different shape in the benchmark suite.
+"""The UNet task (pyalloc.bench.models.UNet): the model of a different shape in the benchmark suite.
 
 Its skip connections keep the encoder's outputs alive until the decoder concatenates them,
 and it has max pooling (an op with two outputs, the indices saved for backward) and
@@ -7,10 +7,12 @@ for bit as well.
 """
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from conftest import train
-from pyalloc import models
+from pyalloc.bench import models
 
 
 def test_output_is_one_row_of_logits_per_pixel_and_the_blocks_are_checkpointable():
@@ -28,6 +30,7 @@ def test_output_is_one_row_of_logits_per_pixel_and_the_blocks_are_checkpointable
     assert len(blocks) == 7 and all(isinstance(b, models.ConvBlock) for b in blocks)
 
 
+@pytest.mark.slow
 def test_recompute_trains_bit_identically_at_40_percent_of_peak():
     free = train("unet", "2GiB", steps=4, batch=8)
     budget = int(0.4 * free["peak"])

@@ -1,4 +1,4 @@
-"""The model zoo (pyalloc.zoo): the shapes users bring, trained under every policy at 40%.
+"""The model zoo (pyalloc.bench.zoo): the shapes users bring, trained under every policy at 40%.
 
 Each zoo task is a model the rest of the suite lacks (a torchvision-style ResNet, a
 residual UNet, GRU and LSTM language models, a ViT, Hugging Face GPT-2, Llama and BERT, a
@@ -29,7 +29,7 @@ import importlib.util
 import pytest
 
 from conftest import run_in_subprocess, train
-from pyalloc.zoo import ZOO
+from pyalloc.bench.zoo import ZOO
 
 STEPS = 3
 POLICIES = ("recompute", "swap", "hybrid")
@@ -71,9 +71,9 @@ def test_every_zoo_task_is_a_task_and_the_zoo_imports_without_transformers():
     out = run_in_subprocess("""
         import sys
         sys.modules["transformers"] = None          # as if it were not installed
-        import pyalloc.zoo                          # imported first, before pyalloc.models
-        from pyalloc.models import TASKS
-        assert set(pyalloc.zoo.ZOO) <= set(TASKS) and len(pyalloc.zoo.ZOO) >= 9
+        import pyalloc.bench.zoo                          # imported first, before pyalloc.bench.models
+        from pyalloc.bench.models import TASKS
+        assert set(pyalloc.bench.zoo.ZOO) <= set(TASKS) and len(pyalloc.bench.zoo.ZOO) >= 9
         try:
             TASKS["zoo_hf_gpt2"].build()
         except RuntimeError as e:
@@ -82,6 +82,7 @@ def test_every_zoo_task_is_a_task_and_the_zoo_imports_without_transformers():
     assert "error: " in out and "pip install transformers" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
 def test_activations_are_three_quarters_of_the_unconstrained_peak(task):
     free = unconstrained(task)
@@ -132,6 +133,7 @@ def _combinations():
             yield pytest.param(name, policy, marks=marks + extra, id=f"{name}-{policy}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "policy"), list(_combinations()))
 def test_trains_bit_identically_at_40_percent_of_peak(task, policy):
     free = unconstrained(task)

@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-
-from pyalloc import files  # noqa: E402
-from pyalloc.replay import replay  # noqa: E402
+from pyalloc import files
+from pyalloc.replay import replay
 
 
 def _fmt(n: float) -> str:

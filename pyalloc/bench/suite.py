@@ -154,7 +154,7 @@ def time_limit(seconds: float) -> Iterator[None]:
     does not return to Python, so no signal handler runs) is stopped by the registry's
     :meth:`~pyalloc.registry.Registry.interrupt`, sent by a watchdog thread each second
     from then on; the error it raises becomes TooSlow."""
-    from . import registry
+    from pyalloc import registry
 
     done = threading.Event()
 
