@@ -20,35 +20,9 @@ import torch
 from torch import nn
 
 import pyalloc
+from pyalloc.bench.models import residual_cnn
 
 log = logging.getLogger("pyalloc.demo")
-
-
-class ResidualBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-            nn.BatchNorm2d(channels),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-            nn.BatchNorm2d(channels),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x + self.body(x))
-
-
-def small_resnet(width: int = 32, blocks: int = 4, classes: int = 10) -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, width, 3, padding=1, bias=False),
-        nn.BatchNorm2d(width),
-        nn.ReLU(inplace=True),
-        *[ResidualBlock(width) for _ in range(blocks)],
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(width, classes),
-    )
 
 
 def _fmt(nbytes: float) -> str:
@@ -104,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     with pyalloc.record_trace(trace_path, stacks=True):
         torch.manual_seed(0)
-        model = small_resnet().to(device)
+        model = residual_cnn().to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         loss_fn = nn.CrossEntropyLoss()
         x = torch.randn(args.batch, 3, args.image, args.image, device=device)
