@@ -142,7 +142,7 @@ def test_evictions_free_whole_segments_for_a_request_no_segment_holds(strategy, 
     assert stats["reserved_bytes.all.peak"] <= 40 * MiB
     assert stats["num_evictions"] >= 6, stats   # 30 MiB of 5 MiB blocks at least
     if stitch:
-        # Rung 3b: the free chunks of the two segments, mapped together, nothing released
+        # Rung stitch_cached: the free chunks of the two segments, mapped together, nothing released
         # (under window too: no segment could ever hold the request, reclaim.cpp).
         assert stats["num_stitches"] == 1 and stats["num_device_free"] == 0
     else:   # both released, a 30 MiB segment mapped

@@ -239,10 +239,13 @@ def test_num_alloc_retries_counts_releasing_cache_to_fit_a_request(make_engine):
     assert stats["num_sync_all_streams"] == 1
     assert stats["num_ooms"] == 0
     assert stats["reserved_bytes.all.current"] == 20 * MiB
+    assert (stats["rung.grow"], stats["rung.release"], stats["rung.cached"]) == (1, 1, 0)
     # A request the cache serves directly does not retry.
     engine.free(b)
     c = engine.alloc(20 * MiB)
-    assert engine.stats()["num_alloc_retries"] == 1
+    stats = engine.stats()
+    assert stats["num_alloc_retries"] == 1
+    assert (stats["rung.grow"], stats["rung.release"], stats["rung.cached"]) == (1, 1, 1)
     engine.free(c)
 
 

@@ -11,7 +11,7 @@ After every step:
 * the stats agree with the model: ``allocation.all.current`` is the number of live
   blocks, ``requested_bytes.all.current`` the sum of their requested sizes,
   ``allocated_bytes.all.current`` the sum of their block sizes, and reserved <= budget;
-* compaction (rung 6) may move live blocks when a request does not fit: the machine plays
+* compaction (rung compact) may move live blocks when a request does not fit: the machine plays
   the registry's part (a block with no write in flight can move; moving is allocating the
   reserved destination under a placement, copying, freeing the old block), so a block
   moved onto memory still in use, or a destination handed out twice, reads wrong;
@@ -59,6 +59,27 @@ SIZES = st.one_of(
     st.integers(1 << 20, 40 << 20),
 )
 _tags = itertools.count(1)
+
+
+SERVING_RUNGS = ("cached", "stitch_first", "grow", "fence", "any_class", "borrow",
+                 "stitch_cached", "release", "stitch_map_rest")
+
+
+def check_rung_counters(stats):
+    """The reclaim ladder's counters (docs/stats.md, "Rungs") agree with the rest: every
+    allocation was served by exactly one rung (compaction's reserved destinations aside,
+    which no rung serves), and the rungs with counters of their own match them."""
+    served = sum(stats[f"rung.{name}"] for name in SERVING_RUNGS)
+    if stats["num_compactions"] == 0:
+        assert served == stats["allocation.all.allocated"], (served, stats)
+    else:
+        assert served <= stats["allocation.all.allocated"]
+    assert stats["rung.borrow"] == stats["num_small_borrows"]
+    assert stats["rung.stitch_first"] + stats["rung.stitch_cached"] + \
+        stats["rung.stitch_map_rest"] == stats["num_stitches"]
+    assert stats["rung.release"] <= stats["num_alloc_retries"]
+    assert stats["rung.evict"] + stats["rung.evict_in_place"] <= stats["num_evict_rounds"]
+    assert stats["rung.compact"] <= stats["num_compactions"]
 
 
 @dataclass(eq=False)
@@ -246,13 +267,13 @@ class EngineMachine(RuleBasedStateMachine):
 
     def check_lifetime_class(self, ptr):
         """A long-lived small block sits in a long-lived segment, unless the budget had no
-        room for one more (rung 4a: a hole of a short-lived segment rather than a failure;
+        room for one more (rung any_class: a hole of a short-lived segment rather than a failure;
         a borrow from the large pool)."""
         seg = segment_of(self.engine, ptr)
         if seg["segment_type"] == "small" and not seg["long_lived"]:
             reserved = self.engine.stats()["reserved_bytes.all.current"]
             assert reserved + SMALL_SEGMENT > BUDGET, (seg, reserved)
-            event("a long-lived block took a short-lived hole (rung 4a)")
+            event("a long-lived block took a short-lived hole (rung any_class)")
 
     @rule(long_lived=st.booleans())
     def set_lifetime(self, long_lived):
@@ -281,6 +302,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert stats["reserved_bytes.all.current"] <= BUDGET
         assert stats["allocated_bytes.all.current"] <= stats["active_bytes.all.current"] \
             <= stats["reserved_bytes.all.current"]
+        check_rung_counters(stats)
 
         snapshot = {}
         awaiting = awaiting_bytes = reserved = 0

@@ -95,7 +95,7 @@ def test_activations_are_three_quarters_of_the_unconstrained_peak(task):
 # to serve the request: issue 21, items 2 (placement that keeps what can leave together) and
 # 3 (many small tensors). Strict: the day one passes, the mark must go (the GRU under swap
 # and hybrid and MobileNet under recompute lost theirs to Note [What autograd saves] and
-# min_evictable 16 KiB; the UNet under swap and hybrid to rung 3b's stitching under
+# min_evictable 16 KiB; the UNet under swap and hybrid to rung stitch_cached under
 # `window` only what no segment holds). The LSTM's floor under recompute, 0.43, lies above 0.4 whatever the
 # victims.
 _SCATTERED = ("out of memory at 0.4 of the peak: what can leave sits in small blocks between "

@@ -24,6 +24,7 @@
 #include "evictor.h"
 #include "options.h"
 #include "pool.h"
+#include "rungs.h"
 #include "swap.h"
 #include "trace.h"
 
@@ -123,7 +124,7 @@ class Engine {
   // Note [Relocation]
   // ~~~~~~~~~~~~~~~~~
   // Moving a storage takes both sides: the engine knows where blocks are, the registry
-  // knows which tensors own them. When eviction has nothing left (reclaim.cpp, rung 6):
+  // knows which tensors own them. When eviction has nothing left (reclaim.cpp, the compact rung):
   //   1. `movable` (called outside the lock) writes the addresses of the blocks the
   //      registry could move now — resident storages no op is using — into out[0..capacity)
   //      and returns how many there are (called again with room for all if more).
@@ -181,33 +182,66 @@ class Engine {
   const Options& options() const { return options_; }
 
  private:
-  // --- the reclaim ladder (reclaim.cpp) ---
-  // Each returns a block for the request, or nullptr: free (the caller takes it), or, with
-  // *taken set, a stitched block already handed out. `cls`: the request's segment class
-  // (Notes [Lifetime classes] and [Evictable placement] in pool.h).
-  // Rungs 1-3 (cached, stitch first, grow, fence); *fenced: the fence waited for something.
-  Block* find_or_grow_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                             PoolKind kind, SegmentClass cls, bool* taken, bool* fenced);
-  // Rungs 3b-4b (stitch what is cached, release, a long-lived request's any hole, borrow).
-  Block* reclaim_cache_locked(std::size_t rounded, std::size_t size, StreamId stream,
-                              PoolKind kind, SegmentClass cls, bool* taken, bool fenced);
+  // --- the reclaim ladder (reclaim.cpp, Note [The ladder]) ---
+  // One request's way up the ladder.
+  struct Climb {
+    std::size_t size;     // as asked
+    std::size_t rounded;  // as the pool serves it
+    StreamId stream;
+    PoolKind kind;
+    SegmentClass cls;  // Notes [Lifetime classes] and [Evictable placement] in pool.h
+    std::unique_lock<std::mutex>* lock;  // dropped by the rungs that call out
+    std::string* error;                  // set by a rung that refuses
+    int round = 0;          // times the request was sent back to the bottom
+    bool fenced = false;    // this round's fence rung waited for something
+    int compactions = 0;
+    int waited_us = 0;
+    Block* block = nullptr;  // what the rung that served it found or handed out
+  };
+  // What a rung did with a request.
+  enum class Climbed {
+    kPassed,       // nothing for it here: the next rung
+    kFound,        // c.block is free: the request takes it
+    kServed,       // c.block is already the request's (a stitched range)
+    kAgain,        // room was made: climb again from the bottom
+    kOutOfMemory,  // stop: report out of memory
+    kRefused,      // stop: *c.error says why
+  };
+  static Climbed found(Climb& c, Block* block) {
+    c.block = block;
+    return block ? Climbed::kFound : Climbed::kPassed;
+  }
+  static Climbed served(Climb& c, Block* block) {
+    c.block = block;
+    return block ? Climbed::kServed : Climbed::kPassed;
+  }
+  Climbed climb_locked(Rung rung, Climb& c);
+#define PYALLOC_DECLARE_RUNG(name, doc) Climbed rung_##name##_locked(Climb& c);
+  PYALLOC_RUNGS(PYALLOC_DECLARE_RUNG)
+#undef PYALLOC_DECLARE_RUNG
+  // Takes a found block (unless taken), traces the allocation and evicts proactively.
+  void* hand_out_locked(Climb& c, bool taken);
+  // The block a compaction round reserved for this thread (set_thread_placement).
+  void* take_placement_locked(std::size_t size, StreamId stream, std::string* error);
   // The class of a request of pool `kind` on this thread now (long-lived phase, the
   // thread's evictable scope).
   SegmentClass segment_class_locked(PoolKind kind) const;
-  // Rungs 4a and 4b: free memory of another class or pool (no mapping, no eviction).
-  Block* find_elsewhere_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                               SegmentClass cls);
-  // Rung 3c (Note [Evicting in place] in reclaim.cpp): victims inside one segment that
-  // then holds the request; empty when none would.
-  std::vector<std::uint64_t> plan_in_place_locked(std::size_t rounded, StreamId stream,
-                                                  PoolKind kind);
-  // Whether some segment of `kind` is as large as `rounded` (rung 3b under window).
+  Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
+                            SegmentClass cls = SegmentClass::kAny);
+  // Whether some segment of `kind` is as large as `rounded` (stitch_cached under window).
   bool segment_holds_locked(std::size_t rounded, PoolKind kind) const;
-  // Whether rung 3c runs for requests of pool `kind`.
+  // Whether the ladder evicts in place (the window strategy under a registry).
   bool evicts_in_place() const {
     return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow;
   }
-  // Rung 5: choose victims and hand their handles out (the caller calls back unlocked).
+  // The fence rung: waits for other streams' tagged blocks; true if it waited for any.
+  bool fence_streams_locked(StreamId stream);
+  // evict_in_place: victims inside one segment that then holds the request; empty when
+  // none would.
+  std::vector<std::uint64_t> plan_in_place_locked(std::size_t rounded, StreamId stream,
+                                                  PoolKind kind);
+  // evict: victims by the evict strategy, their handles handed out (the caller calls
+  // back unlocked).
   std::vector<std::uint64_t> plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                   PoolKind kind);
   // Proactive eviction after a successful allocation (evict_threshold).
@@ -216,8 +250,16 @@ class Engine {
   // Hands `victims` to the registry with `lock` dropped, counted in evicting_ meanwhile.
   void evict_unlocked(std::unique_lock<std::mutex>& lock,
                       const std::vector<std::uint64_t>& victims);
-  Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
-                            SegmentClass cls = SegmentClass::kAny);
+  // The compact rung (Note [Relocation]): true if some storage moved, so climbing again
+  // may succeed. Drops and retakes `lock` around the callbacks.
+  bool compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded, StreamId stream,
+                      PoolKind kind);
+
+  // --- device memory (segments.cpp) ---
+  // Bytes the budget still allows to be reserved (0 when reserved already exceeds it).
+  std::size_t headroom_locked() const;
+  // A new segment for a request of `rounded` bytes of pool `kind` within the budget (or
+  // the expandable segment grown): its free block, or nullptr.
   Block* grow_locked(std::size_t rounded, PoolKind kind, StreamId stream);
   // Option expandable (Note [Expandable segments] in pool.h): maps what the request lacks
   // at the end of pool `kind`'s expandable segment (or starts one); the free block that
@@ -249,11 +291,10 @@ class Engine {
   // Reserves, creates and maps a segment of exactly `size` bytes (the budget is the
   // caller's to check); its one free block, or nullptr.
   Block* map_segment_locked(std::size_t size, PoolKind kind);
-  // The stitch rung (Note [Stitching] in pool.h): a block allocated from free chunks
-  // mapped into a fresh range, or nullptr.
-  // Where the free chunks hold at least `map_rest_from` bytes (at least 1) but not all of
-  // the request, maps a segment of what they lack if the budget allows (kNeverMapRest:
-  // never).
+  // A block allocated from free chunks mapped into a fresh range (Note [Stitching] in
+  // pool.h), or nullptr. Where the free chunks hold at least `map_rest_from` bytes (at
+  // least 1) but not all of the request, maps a segment of what they lack if the budget
+  // allows (kNeverMapRest: never).
   static constexpr std::size_t kNeverMapRest = ~std::size_t{0};
   Block* stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
                        std::size_t map_rest_from);
@@ -265,12 +306,11 @@ class Engine {
   }
   // Frees a stitched block: waits for its streams, returns its pieces, unmaps the range.
   void free_stitched_locked(Block* block);
-  bool fence_streams_locked(StreamId stream);
+  // Gives every wholly free cached segment (and expandable tail) back to the device,
+  // after a device-wide synchronization; false if there was nothing to give.
   bool release_cached_locked();
-  // Rung 6 (Note [Relocation]): true if some storage moved, so climbing again may succeed.
-  // Drops and retakes `lock` around the callbacks.
-  bool compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded, StreamId stream,
-                      PoolKind kind);
+
+  // --- out of memory (oom_report.cpp) ---
   std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
   std::string snapshot_json_locked() const;
   // Counts, traces and reports an OOM; returns nullptr for malloc to return.
@@ -284,7 +324,7 @@ class Engine {
   };
   void process_events_locked(bool wait);
   // Stitched ranges already dissolved in the pool whose streams may still be using them:
-  // unmapped once `event` completes (reclaim.cpp, free_stitched_locked).
+  // unmapped once `event` completes (segments.cpp, free_stitched_locked).
   struct RetiredRange {
     std::uintptr_t va;
     std::size_t bytes;
@@ -299,9 +339,6 @@ class Engine {
   void after_op_locked();  // the check_invariants option
   // A marked block is being freed by its owner: noted for take_freed_marked().
   void note_freed_marked_locked(Block* block);
-  // Bytes the budget still allows to be reserved (0 when reserved already exceeds it).
-  std::size_t headroom_locked() const;
-
   // --- swap (swap.cpp) ---
   bool ensure_swap_streams_locked(std::string* error);
   // Frees the host ranges of released slots whose copies are done (all of them with wait).

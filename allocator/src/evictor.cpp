@@ -164,7 +164,7 @@ EvictPlan plan_segments(const Pool& pool, std::size_t needed, std::size_t headro
 
 // Chunks for stitching: when no window and no set of whole segments serves the request,
 // the 2 MiB chunks that evicting would leave wholly free, cheapest first, until they and
-// the budget's headroom cover it — stitching (rung 4c) then maps them into one range.
+// the budget's headroom cover it — stitching (rung stitch_map_rest) then maps them into one range.
 // Seen on the transformer at a quarter of its peak: 13 MiB evictable, but every segment
 // also held something that could not go, so the window strategies found no plan and a
 // 3 MiB request failed that dtr's scattered choice, stitched afterwards, served.

@@ -64,7 +64,7 @@ inline int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kS
 // Blocks split down to 512 B, as in the small pool: a remainder at the end is where the
 // next growth starts; and max_split_size does not apply (Pool::acceptable), since a big
 // free block at the end is where the segment grows, not a block to keep whole. Release
-// (rung 4, empty_cache) unmaps the whole free chunks at the end, or the whole segment
+// (rung release, empty_cache) unmaps the whole free chunks at the end, or the whole segment
 // when nothing in it is live; free chunks inside stay mapped for best fit and for
 // stitching, which maps them by their per-chunk handles. A budget raised past the
 // reservation starts another segment, the one that grows from then on.
@@ -108,7 +108,7 @@ inline int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kS
 // short-lived requests avoid those segments. Evicting a marked segment's blocks frees it
 // whole (the window strategy's whole-segment and chunk plans, evictor.h). Like lifetime
 // classes, the classes place blocks and never refuse memory: a request with no room in
-// its class takes any hole (rung 4a) before anything is mapped or evicted. Option
+// its class takes any hole (rung any_class) before anything is mapped or evicted. Option
 // evictable_placement, off by default: measured, it lowers some models' least budget and
 // raises others' (docs/design.md). Classes of the large pool (Coop's cheap and expensive
 // ends) were tried as cutting evictable blocks from the high end of the free block best
@@ -158,7 +158,7 @@ class Pool {
   // (as take() does), each one sat against the block below its hole; measured on the UNet
   // under recompute and on replayed traces, cutting from the end leaves free runs that
   // merge into what large requests and stitching need (tools/bench_frag.py,
-  // tools/bench_remat.py: see docs/design.md, rung 4).
+  // tools/bench_remat.py: see docs/design.md, the reclaim ladder: borrow).
   Block* find_borrow(std::size_t rounded, StreamId stream);
   // Whether taking `rounded` bytes of a free block of `size` bytes in pool `kind` leaves
   // the rest as a free block of its own (otherwise the taken block keeps it).

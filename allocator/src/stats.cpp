@@ -26,6 +26,7 @@ void Stats::reset_accumulated() {
 #define PYALLOC_RESET_COUNTER(name, doc) name = 0;
   PYALLOC_COUNTERS(PYALLOC_RESET_COUNTER)
 #undef PYALLOC_RESET_COUNTER
+  for (std::int64_t& n : rung) n = 0;
 }
 
 std::string stats_json(const Stats& s, const FragmentationFigures& f, const std::string& extra) {
@@ -61,6 +62,9 @@ std::string stats_json(const Stats& s, const FragmentationFigures& f, const std:
 #define PYALLOC_EMIT_COUNTER(name, doc) emit_int(#name, s.name);
   PYALLOC_COUNTERS(PYALLOC_EMIT_COUNTER)
 #undef PYALLOC_EMIT_COUNTER
+#define PYALLOC_EMIT_RUNG(name, doc) emit_int("rung." #name, s.rung[static_cast<int>(Rung::name)]);
+  PYALLOC_RUNGS(PYALLOC_EMIT_RUNG)
+#undef PYALLOC_EMIT_RUNG
   emit_int("cached_free_bytes", static_cast<long long>(f.cached_free_bytes));
   emit_int("largest_free_block", static_cast<long long>(f.largest_free_block));
   emit_real("utilization", f.utilization);

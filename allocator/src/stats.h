@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "rungs.h"
+
 namespace pyalloc {
 
 // X(name, meaning) for the per-pool stats, in torch's order.
@@ -42,7 +44,7 @@ namespace pyalloc {
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \
   X(num_stitches, "requests served by stitching free chunks into a new range")         \
   X(num_stitched_bytes, "bytes of those ranges")                                      \
-  X(num_compactions, "compaction rounds: live storages moved to open a hole (rung 6)")  \
+  X(num_compactions, "compaction rounds: live storages moved to open a hole (rung compact)")  \
   X(num_relocations, "storages those rounds moved, device to device")                   \
   X(num_relocated_bytes, "bytes of the blocks they moved into")                          \
   X(num_evictions, "blocks the engine asked the registry to evict")                    \
@@ -88,6 +90,8 @@ struct Stats {
   Stat oversize_segments;
   // Bytes of the host pool holding swapped-out copies (swap.h), not per pool.
   Stat host_pool_used_bytes;
+  // Per rung of the reclaim ladder (rungs.h): requests it served or sent round again.
+  std::int64_t rung[kRungs] = {};
 
   // Peaks restart from the current values; accumulated totals are kept.
   void reset_peaks();

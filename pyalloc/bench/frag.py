@@ -42,7 +42,7 @@ PyTorch did on an H100). The model traces also run ``+ stitching, lifetime class
 trace records; the patterns have no phases). Fragment-aware eviction needs a registry and a
 model, so it is measured by bench_remat.py.
 
-Compaction (rung 6: live storages moved device to device to open a hole) needs a registry
+Compaction (rung compact: live storages moved device to device to open a hole) needs a registry
 too, so it is measured by training, not by replay: ``inplace_mlp`` (pyalloc.bench.models; every
 third activation frozen, so eviction cannot free it) trains 3 steps under
 ``policy="recompute"`` at budgets from 0.70 down to 0.30 of its unconstrained peak, with
