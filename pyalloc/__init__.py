@@ -11,17 +11,66 @@ budget) so the same code runs anywhere.
 """
 from __future__ import annotations
 
-from ._lib import library_path
-from .engine import Engine
-from .errors import OutOfMemoryError, PyallocError
-from .install import install
-from .lifetime import long_lived
-from .memory import check_invariants, empty_cache, memory_stats, reset_peak_memory_stats, snapshot
-from .options import options_table
-from .registry import recompute
-from .state import engine as _engine  # the installed engine of a device (tests, tools)
-from .state import installed_device, is_installed
-from .trace import record_trace, save_snapshot
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any, List
+
+# What `import pyalloc` offers, by the module that defines it. Loaded on first use (PEP 562):
+# most of pyalloc imports torch, which takes seconds, and `pyalloc-stats` (which reads
+# files and needs no torch) imports this package first.
+_EXPORTS = {
+    "library_path": "._lib",
+    "Engine": ".engine",
+    "OutOfMemoryError": ".errors",
+    "PyallocError": ".errors",
+    "install": ".installer",
+    "long_lived": ".lifetime",
+    "check_invariants": ".memory",
+    "empty_cache": ".memory",
+    "memory_stats": ".memory",
+    "reset_peak_memory_stats": ".memory",
+    "snapshot": ".memory",
+    "options_table": ".options",
+    "recompute": ".registry",
+    "installed_device": ".state",
+    "is_installed": ".state",
+    "record_trace": ".trace",
+    "save_snapshot": ".trace",
+}
+_PRIVATE = {"_engine": (".state", "engine")}  # the installed engine of a device (tests, tools)
+
+if TYPE_CHECKING:
+    from ._lib import library_path
+    from .engine import Engine
+    from .errors import OutOfMemoryError, PyallocError
+    from .installer import install
+    from .lifetime import long_lived
+    from .memory import (check_invariants, empty_cache, memory_stats, reset_peak_memory_stats,
+                         snapshot)
+    from .options import options_table
+    from .registry import recompute
+    from .state import installed_device, is_installed
+    from .trace import record_trace, save_snapshot
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module, attribute = _EXPORTS[name], name
+    elif name in _PRIVATE:
+        module, attribute = _PRIVATE[name]
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+        # A submodule, as `import pyalloc` made every one of them an attribute before.
+        return importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'pyalloc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), attribute)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __version__ = "0.1.0"
 

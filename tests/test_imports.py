@@ -96,3 +96,22 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f for f in pool.map(load, _modules()) if f]
     assert not failures, "\n".join(failures)
+
+
+def test_pyalloc_stats_and_import_pyalloc_do_not_import_torch():
+    """`import pyalloc` and `pyalloc-stats` (which reads files) leave torch unimported:
+    importing it takes seconds, and `pyalloc-stats --help` must answer at once."""
+    code = ("import sys, contextlib, io\n"
+            "import pyalloc\n"
+            "from pyalloc.stats_cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    try:\n"
+            "        main(['--help'])\n"
+            "    except SystemExit as e:\n"
+            "        assert e.code == 0, e.code\n"
+            "assert 'usage' in out.getvalue()\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
