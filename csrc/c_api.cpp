@@ -88,6 +88,8 @@ std::string g_backend, g_options;            // empty backend: not installed
 std::array<std::atomic<pyalloc_engine*>, kMaxDevices> g_engines{};
 std::atomic<bool> g_installed{false};
 bool g_long_lived = false;                   // guarded by g_install_mutex; pyalloc_set_long_lived
+pyalloc_oom_fn g_oom_fn = nullptr;           // guarded by g_install_mutex; every installed
+void* g_oom_context = nullptr;               // engine's OOM callback
 
 pyalloc_engine* installed_engine(int device) {
   if (device < 0 || device >= kMaxDevices) {
@@ -105,6 +107,7 @@ pyalloc_engine* installed_engine(int device) {
   pyalloc_engine* e = create_engine(g_backend, device, g_options.c_str());
   if (e) {
     e->set_long_lived(g_long_lived);
+    e->set_oom_callback(g_oom_fn, g_oom_context);
     g_engines[device].store(e, std::memory_order_release);
   }
   return e;
@@ -347,6 +350,12 @@ int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyalloc_evict_fn f
   return 0;
 }
 
+int pyalloc_engine_set_oom_callback(pyalloc_engine* engine, pyalloc_oom_fn fn, void* context) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->set_oom_callback(fn, context);
+  return 0;
+}
+
 int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle, double cost) {
   PYALLOC_CHECK_ENGINE(engine);
   std::string err = engine->set_evictable(ptr, handle, cost);
@@ -545,6 +554,7 @@ int pyalloc_install(const char* backend, const char* options) {
   // itself instead of the first tensor allocation, and nothing is left half-installed.
   pyalloc_engine* first = create_engine(kind, 0, options);
   if (!first) return 1;
+  first->set_oom_callback(g_oom_fn, g_oom_context);
   g_engines[0].store(first, std::memory_order_release);
   g_backend = kind;
   g_options = options ? options : "";
@@ -555,5 +565,14 @@ int pyalloc_install(const char* backend, const char* options) {
 int pyalloc_is_installed(void) { return g_installed.load() ? 1 : 0; }
 
 pyalloc_engine* pyalloc_installed_engine(int device) { return installed_engine(device); }
+
+int pyalloc_set_installed_oom_callback(pyalloc_oom_fn fn, void* context) {
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  g_oom_fn = fn;
+  g_oom_context = context;
+  for (auto& slot : g_engines)
+    if (pyalloc_engine* e = slot.load(std::memory_order_acquire)) e->set_oom_callback(fn, context);
+  return 0;
+}
 
 }  // extern "C"

@@ -85,6 +85,15 @@ PYALLOC_API int pyalloc_engine_synchronize(pyalloc_engine* engine);
 typedef size_t (*pyalloc_evict_fn)(void* context, const uint64_t* handles, size_t count);
 PYALLOC_API int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyalloc_evict_fn fn,
                                                   void* context);
+/* Called outside the engine lock, on the failing thread, after each out-of-memory failure
+ * and before the allocation returns it: info_json is an object of the figures and the
+ * report (Engine::set_oom_callback in allocator/src/engine.h). NULL: none. */
+typedef void (*pyalloc_oom_fn)(void* context, const char* info_json);
+PYALLOC_API int pyalloc_engine_set_oom_callback(pyalloc_engine* engine, pyalloc_oom_fn fn,
+                                                void* context);
+/* The OOM callback of every installed engine, those created later included; may be set
+ * before pyalloc_install. */
+PYALLOC_API int pyalloc_set_installed_oom_callback(pyalloc_oom_fn fn, void* context);
 PYALLOC_API int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
                                              double cost);
 PYALLOC_API int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr);

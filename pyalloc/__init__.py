@@ -30,6 +30,7 @@ _EXPORTS = {
     "memory_stats": ".memory",
     "reset_peak_memory_stats": ".memory",
     "snapshot": ".memory",
+    "on_oom": ".oom",
     "options_table": ".options",
     "recompute": ".registry",
     "installed_device": ".state",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from .lifetime import long_lived
     from .memory import (check_invariants, empty_cache, memory_stats, reset_peak_memory_stats,
                          snapshot)
+    from .oom import on_oom
     from .options import options_table
     from .registry import recompute
     from .state import installed_device, is_installed
@@ -86,6 +88,7 @@ __all__ = [
     "library_path",
     "long_lived",
     "memory_stats",
+    "on_oom",
     "options_table",
     "recompute",
     "record_trace",

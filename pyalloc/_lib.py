@@ -60,6 +60,8 @@ _SIGNATURES = {
     "pyalloc_engine_synchronize": (_c.c_int, [_engine_p]),
     "pyalloc_engine_set_evict_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
     "pyalloc_engine_set_evictable": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_uint64, _c.c_double]),
+    "pyalloc_engine_set_oom_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
+    "pyalloc_set_installed_oom_callback": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
     "pyalloc_engine_touch": (_c.c_int, [_engine_p, _c.c_void_p]),
     "pyalloc_engine_set_compact_callbacks": (
         _c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p, _c.c_void_p]),
@@ -115,6 +117,8 @@ _SIGNATURES = {
 # size_t callback(void* context, const uint64_t* handles, size_t count)
 EVICT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
                                   ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+# void on_oom(void* context, const char* info_json)
+OOM_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 # size_t movable(void* context, uintptr_t* out, size_t capacity)
 MOVABLE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p,
                                     ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t)

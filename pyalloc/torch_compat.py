@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from . import memory, state
+from . import memory, oom, state
 
 _patched: Dict[str, Callable[..., Any]] = {}  # name -> torch's original
 
@@ -100,19 +100,34 @@ _REPLACEMENTS = {
 }
 
 
+def _attach_out_of_memory_observer(observer: Callable[[int, int, int, int], Any]) -> None:
+    """``torch._C._cuda_attach_out_of_memory_observer``: routed to :func:`pyalloc.on_oom`."""
+    oom.attach_torch_observer(observer)
+
+
+_OBSERVER = "_cuda_attach_out_of_memory_observer"
+
+
 def patch_torch_cuda() -> None:
-    """Point torch.cuda's memory functions (both namespaces) at pyalloc's."""
+    """Point torch.cuda's memory functions (both namespaces) at pyalloc's, and PyTorch's
+    out-of-memory observer registration at :func:`pyalloc.on_oom`."""
     for name, fn in _REPLACEMENTS.items():
         if name not in _patched:
             _patched[name] = getattr(torch.cuda.memory, name)
         for namespace in (torch.cuda.memory, torch.cuda):
             if hasattr(namespace, name):
                 setattr(namespace, name, fn)
+    if hasattr(torch._C, _OBSERVER) and _OBSERVER not in _patched:
+        _patched[_OBSERVER] = getattr(torch._C, _OBSERVER)
+        setattr(torch._C, _OBSERVER, _attach_out_of_memory_observer)
 
 
 def unpatch_torch_cuda() -> None:
     """Restore PyTorch's functions (which raise under a pluggable allocator)."""
     for name, original in _patched.items():
+        if name == _OBSERVER:
+            setattr(torch._C, name, original)
+            continue
         for namespace in (torch.cuda.memory, torch.cuda):
             if hasattr(namespace, name):
                 setattr(namespace, name, original)

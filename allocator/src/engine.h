@@ -69,6 +69,14 @@ class Engine {
   // like at the failure is gone by the time the exception reaches the caller: the failed
   // op's other temporaries are freed while it unwinds.
   std::string last_oom_json();
+  // Called outside the engine lock, on the failing thread, after each out-of-memory
+  // failure is reported and before malloc returns it, with a JSON object of the figures
+  // (device, size, rounded, stream, budget, reserved, allocated, awaiting, cached_free,
+  // largest_free_block, external_fragmentation, evictable, evictable_blocks, device_free,
+  // device_total) and the report. The lock is free: it may call into the engine (stats,
+  // snapshots, frees). nullptr: none.
+  using OomCallback = void (*)(void* context, const char* info_json);
+  void set_oom_callback(OomCallback callback, void* context);
   std::string check_invariants();
   void reset_peak_stats();
   void reset_accumulated_stats();
@@ -311,11 +319,25 @@ class Engine {
   bool release_cached_locked();
 
   // --- out of memory (oom_report.cpp) ---
-  std::string oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream);
+  // What the report and the OOM callback say, read once at the failure.
+  struct OomFigures {
+    std::size_t size = 0, rounded = 0;
+    StreamId stream = 0;
+    std::size_t reserved = 0, allocated = 0, awaiting = 0;
+    FragmentationFigures frag;
+    std::size_t evictable = 0, evictable_blocks = 0;
+    MemInfo device;
+  };
+  OomFigures oom_figures_locked(std::size_t size, std::size_t rounded, StreamId stream) const;
+  std::string oom_report_locked(const OomFigures& figures) const;
   std::string snapshot_json_locked() const;
-  // Counts, traces and reports an OOM; returns nullptr for malloc to return.
+  // Counts, traces and reports an OOM (*error, last_oom_json_, last_oom_info_json_);
+  // returns nullptr for malloc to return.
   void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
                         std::string* error);
+  // fail_oom_locked, then the OOM callback with `lock` dropped; returns nullptr.
+  void* out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size,
+                      std::size_t rounded, StreamId stream, std::string* error);
 
   // --- events for record_stream ---
   struct PendingFree {
@@ -364,6 +386,9 @@ class Engine {
   TraceRing trace_;                    // guarded by mutex_
   bool long_lived_ = false;            // guarded by mutex_; set_long_lived
   std::string last_oom_json_;          // guarded by mutex_; last_oom_json()
+  std::string last_oom_info_json_;     // guarded by mutex_; what the OOM callback gets
+  OomCallback oom_callback_ = nullptr;  // guarded by mutex_
+  void* oom_context_ = nullptr;         // guarded by mutex_
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch

@@ -17,7 +17,8 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
                               std::string* error) {
   ++pool_.stats().num_ooms;
   trace_.record(TraceAction::kOom, 0, rounded, size, stream);
-  *error = oom_report_locked(size, rounded, stream);
+  const OomFigures f = oom_figures_locked(size, rounded, stream);
+  *error = oom_report_locked(f);
   // The layout now, while it still holds what the request could not get past (a copy of
   // the pool as JSON: OOMs are rare, and the bisections that provoke many pay a few
   // microseconds per segment). The report goes in as a JSON string.
@@ -28,63 +29,101 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
                 ",\"oom\":{\"size\":%zu,\"rounded\":%zu,\"stream\":%" PRIuPTR ",\"report\":\"",
                 size, rounded, stream);
   last_oom_json_ = snapshot + head + json_escape(*error) + "\"}}";
+  // What an OOM callback receives (pyalloc.on_oom): the figures, and the report.
+  char figures[640];
+  std::snprintf(figures, sizeof figures,
+                "{\"device\":%d,\"size\":%zu,\"rounded\":%zu,\"stream\":%" PRIuPTR
+                ",\"budget\":%zu,\"reserved\":%zu,\"allocated\":%zu,\"awaiting\":%zu,"
+                "\"cached_free\":%zu,\"largest_free_block\":%zu,"
+                "\"external_fragmentation\":%.17g,\"evictable\":%zu,\"evictable_blocks\":%zu,"
+                "\"device_free\":%zu,\"device_total\":%zu,\"report\":\"",
+                backend_->device(), f.size, f.rounded, f.stream, budget_, f.reserved,
+                f.allocated, f.awaiting, f.frag.cached_free_bytes, f.frag.largest_free_block,
+                f.frag.external_fragmentation, f.evictable, f.evictable_blocks,
+                f.device.free_bytes, f.device.total_bytes);
+  last_oom_info_json_ = figures + json_escape(*error) + "\"}";
   after_op_locked();
   return nullptr;
 }
 
-std::string Engine::oom_report_locked(std::size_t size, std::size_t rounded, StreamId stream) {
-  const Stats& s = pool_.stats();
-  FragmentationFigures f = pool_.fragmentation();
-  const auto reserved = static_cast<std::size_t>(s.reserved_bytes[kAllPools].current);
-  const auto allocated = static_cast<std::size_t>(s.allocated_bytes[kAllPools].current);
-  const auto awaiting =
-      static_cast<std::size_t>(s.active_bytes[kAllPools].current) - allocated;
-  MemInfo info = backend_->mem_info();
+void* Engine::out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size,
+                            std::size_t rounded, StreamId stream, std::string* error) {
+  fail_oom_locked(size, rounded, stream, error);
+  if (!oom_callback_) return nullptr;
+  OomCallback callback = oom_callback_;
+  void* context = oom_context_;
+  const std::string info = last_oom_info_json_;
+  lock.unlock();  // See Note [Calling out] in reclaim.cpp.
+  callback(context, info.c_str());
+  return nullptr;
+}
 
+void Engine::set_oom_callback(OomCallback callback, void* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oom_callback_ = callback;
+  oom_context_ = context;
+}
+
+Engine::OomFigures Engine::oom_figures_locked(std::size_t size, std::size_t rounded,
+                                              StreamId stream) const {
+  const Stats& s = pool_.stats();
+  OomFigures f;
+  f.size = size;
+  f.rounded = rounded;
+  f.stream = stream;
+  f.frag = pool_.fragmentation();
+  f.reserved = static_cast<std::size_t>(s.reserved_bytes[kAllPools].current);
+  f.allocated = static_cast<std::size_t>(s.allocated_bytes[kAllPools].current);
+  f.awaiting = static_cast<std::size_t>(s.active_bytes[kAllPools].current) - f.allocated;
+  f.evictable = evictable_bytes(pool_, &f.evictable_blocks);
+  f.device = backend_->mem_info();
+  return f;
+}
+
+std::string Engine::oom_report_locked(const OomFigures& f) const {
   char head[512];
   std::snprintf(head, sizeof head,
                 "pyalloc: out of memory on %s device %d: tried to allocate %s (%zu bytes, "
                 "rounded to %zu) on stream 0x%" PRIxPTR ".\n",
-                backend_->name(), backend_->device(), format_bytes(size).c_str(), size, rounded,
-                stream);
+                backend_->name(), backend_->device(), format_bytes(f.size).c_str(), f.size,
+                f.rounded, f.stream);
   std::string msg = head;
-  msg += "  budget " + format_bytes(budget_) + "; reserved " + format_bytes(reserved) +
-         " = allocated " + format_bytes(allocated) + " + awaiting other streams " +
-         format_bytes(awaiting) + " + cached free " + format_bytes(f.cached_free_bytes) + ".\n";
+  msg += "  budget " + format_bytes(budget_) + "; reserved " + format_bytes(f.reserved) +
+         " = allocated " + format_bytes(f.allocated) + " + awaiting other streams " +
+         format_bytes(f.awaiting) + " + cached free " + format_bytes(f.frag.cached_free_bytes) +
+         ".\n";
   char frag[64];
-  std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * f.external_fragmentation);
-  msg += "  cached free: largest block " + format_bytes(f.largest_free_block) +
+  std::snprintf(frag, sizeof frag, "%.1f%%", 100.0 * f.frag.external_fragmentation);
+  msg += "  cached free: largest block " + format_bytes(f.frag.largest_free_block) +
          ", external fragmentation " + frag + ".\n";
-  std::size_t evictable_blocks = 0;
-  const std::size_t evictable = evictable_bytes(pool_, &evictable_blocks);
-  msg += "  evictable " + format_bytes(evictable) + " in " + std::to_string(evictable_blocks) +
+  msg += "  evictable " + format_bytes(f.evictable) + " in " + std::to_string(f.evictable_blocks) +
          " blocks" + (evict_callback_ ? std::string(" (strategy ") +
                                             strategy_name(options_.evict_strategy) + ")"
                                       : std::string(" (no eviction policy is active)")) +
          (host_pool_.base() ? "; " + host_pool_report_locked() : std::string()) + ".\n";
-  msg += "  device: " + format_bytes(info.free_bytes) + " free of " +
-         format_bytes(info.total_bytes) + ".\n";
+  msg += "  device: " + format_bytes(f.device.free_bytes) + " free of " +
+         format_bytes(f.device.total_bytes) + ".\n";
 
   // The hint names the one change most likely to help, in order of how cheap it is.
   std::string hint;
-  if (rounded > budget_) {
+  if (f.rounded > budget_) {
     hint = "the request alone exceeds the budget: raise it (option budget, currently " +
            format_bytes(budget_) + ") or split the tensor";
-  } else if (f.cached_free_bytes >= rounded) {
+  } else if (f.frag.cached_free_bytes >= f.rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
            "cache is fragmented: free long-lived tensors earlier or allocate them first";
-    if (rounded > kLargeSegment && options_.max_split_size == 0) {
-      hint += ", or set max_split_size (e.g. \"max_split_size:" + std::to_string(rounded) +
+    if (f.rounded > kLargeSegment && options_.max_split_size == 0) {
+      hint += ", or set max_split_size (e.g. \"max_split_size:" + std::to_string(f.rounded) +
               "\") so that blocks this large are never split for small requests";
     }
-  } else if (budget_ < info.total_bytes && reserved + rounded <= info.total_bytes &&
-             info.free_bytes >= rounded) {
+  } else if (budget_ < f.device.total_bytes && f.reserved + f.rounded <= f.device.total_bytes &&
+             f.device.free_bytes >= f.rounded) {
     hint = "the device has room beyond the budget: raise the budget (option budget, "
            "currently " + format_bytes(budget_) + ")";
   } else if (!evict_callback_) {
     hint = "reduce the batch size or the model's activation memory";
-  } else if (host_pool_.base() && evictable > 0 &&
-             host_pool_.capacity() - host_pool_.used() < evictable) {
+  } else if (host_pool_.base() && f.evictable > 0 &&
+             host_pool_.capacity() - host_pool_.used() < f.evictable) {
     hint = "tensors that could only be swapped stayed because the host pool is full: raise "
            "the option host_pool (currently " + format_bytes(host_pool_.capacity()) + ")";
   } else {

@@ -222,6 +222,9 @@ Block* Pool::split_off(Block* b, std::size_t keep) {
 }
 
 Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId stream) {
+  PYALLOC_ASSERT(1, b->state == BlockState::kFree, "only a free block is handed out");
+  PYALLOC_ASSERT(1, b->size >= rounded && rounded >= requested,
+                 "a block holds the rounded request, which holds the request");
   erase_free(b);
   if (splits(b->segment->pool, b->size, rounded, b->segment->expandable))
     insert_free(split_off(b, rounded));
@@ -336,6 +339,8 @@ void Pool::absorb_neighbours(Block* b) {
 }
 
 void Pool::release(Block* b) {
+  PYALLOC_ASSERT(1, b->state == BlockState::kAllocated || b->state == BlockState::kAwaitingEvents,
+                 "only a block handed out, or awaiting its streams, is released");
   int p = stat_pool(b->segment);
   if (b->state == BlockState::kAllocated) {
     allocated_.erase(b->addr);

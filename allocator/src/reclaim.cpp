@@ -133,7 +133,8 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
   if (t_placement) return take_placement_locked(size, stream, error);
-  if (size > kMaxRequest || rounded > budget_) return fail_oom_locked(size, rounded, stream, error);
+  if (size > kMaxRequest || rounded > budget_)
+    return out_of_memory(lock, size, rounded, stream, error);
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
   Climb c{size, rounded, stream, kind, segment_class_locked(kind), &lock, error};
   for (;; ++c.round) {
@@ -156,7 +157,7 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       case Climbed::kServed: return hand_out_locked(c, /*taken=*/true);
       case Climbed::kRefused: return nullptr;
       case Climbed::kPassed:
-      case Climbed::kOutOfMemory: return fail_oom_locked(size, rounded, stream, error);
+      case Climbed::kOutOfMemory: return out_of_memory(lock, size, rounded, stream, error);
     }
   }
 }
@@ -195,6 +196,9 @@ void* Engine::take_placement_locked(std::size_t size, StreamId stream, std::stri
 
 void* Engine::hand_out_locked(Climb& c, bool taken) {
   Block* block = c.block;
+  PYALLOC_ASSERT(1, block != nullptr, "a rung that serves a request names its block");
+  PYALLOC_ASSERT(1, taken == (block->state == BlockState::kAllocated),
+                 "a found block is free, a served one is already the request's");
   if (!taken) {
     // A block that is a whole small segment (empty or new) gives the segment the
     // request's class (Notes [Lifetime classes], [Evictable placement] in pool.h).

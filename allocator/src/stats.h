@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "check.h"
 #include "rungs.h"
 
 namespace pyalloc {
@@ -70,6 +71,7 @@ struct Stat {
     if (current > peak) peak = current;
   }
   void decrease(std::int64_t n) {
+    PYALLOC_ASSERT(1, n >= 0 && current >= n, "a stat never goes below zero");
     current -= n;
     freed += n;
   }
