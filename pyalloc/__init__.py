@@ -25,6 +25,9 @@ _EXPORTS = {
     "PyallocError": ".errors",
     "install": ".installer",
     "long_lived": ".lifetime",
+    "record_memory_history": ".history",
+    "memory_snapshot": ".history",
+    "dump_snapshot": ".history",
     "check_invariants": ".memory",
     "empty_cache": ".memory",
     "memory_stats": ".memory",
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .errors import OutOfMemoryError, PyallocError
     from .installer import install
+    from .history import dump_snapshot, memory_snapshot, record_memory_history
     from .lifetime import long_lived
     from .memory import (check_invariants, empty_cache, memory_stats, reset_peak_memory_stats,
                          snapshot)
@@ -81,16 +85,19 @@ __all__ = [
     "OutOfMemoryError",
     "PyallocError",
     "check_invariants",
+    "dump_snapshot",
     "empty_cache",
     "install",
     "installed_device",
     "is_installed",
     "library_path",
     "long_lived",
+    "memory_snapshot",
     "memory_stats",
     "on_oom",
     "options_table",
     "recompute",
+    "record_memory_history",
     "record_trace",
     "save_snapshot",
     "reset_peak_memory_stats",

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from . import memory, oom, state
+from . import history, memory, oom, state
 
 _patched: Dict[str, Callable[..., Any]] = {}  # name -> torch's original
 
@@ -87,6 +87,9 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
 
 
 _REPLACEMENTS = {
+    "_record_memory_history": history.record_memory_history,
+    "_snapshot": history.memory_snapshot,
+    "_dump_snapshot": history.dump_snapshot,
     "memory_stats": memory_stats,
     "memory_allocated": memory_allocated,
     "max_memory_allocated": max_memory_allocated,
@@ -112,6 +115,8 @@ def patch_torch_cuda() -> None:
     """Point torch.cuda's memory functions (both namespaces) at pyalloc's, and PyTorch's
     out-of-memory observer registration at :func:`pyalloc.on_oom`."""
     for name, fn in _REPLACEMENTS.items():
+        if not hasattr(torch.cuda.memory, name):
+            continue  # an older torch
         if name not in _patched:
             _patched[name] = getattr(torch.cuda.memory, name)
         for namespace in (torch.cuda.memory, torch.cuda):

@@ -20,6 +20,28 @@ from .errors import PyallocError
 _TORCH_DIRS = (os.path.dirname(os.path.dirname(__file__)),)  # filled lazily with torch's
 
 
+# Each engine has one event ring: the recorder using it, by engine handle.
+_ring_users: Dict[int, str] = {}
+_ring_lock = threading.Lock()
+
+
+def claim_ring(eng: Engine, user: str) -> None:
+    """Takes ``eng``'s event ring for ``user`` (record_trace or record_memory_history)."""
+    with _ring_lock:
+        holder = _ring_users.get(eng.handle)
+        if holder is not None and holder != user:
+            raise PyallocError(
+                f"pyalloc: {user} cannot start while {holder} records this engine's events "
+                f"(one recorder at a time): stop {holder} first")
+        _ring_users[eng.handle] = user
+
+
+def release_ring(eng: Engine, user: str) -> None:
+    with _ring_lock:
+        if _ring_users.get(eng.handle) == user:
+            del _ring_users[eng.handle]
+
+
 def _resolve(engine: Union[Engine, int, None]) -> Engine:
     if isinstance(engine, Engine):
         return engine
@@ -52,6 +74,27 @@ def save_snapshot(path: Union[str, "os.PathLike[str]"],
     doc = {"format": files.SNAPSHOT, "version": files.VERSION, "time": files.now_iso(),
            **layout, "stats": stats_of(eng)}
     return str(files.save(path, doc))
+
+
+def trace_document(eng: Engine, initial: Dict[str, Any], recorded: Dict[str, Any],
+                   contexts: List[str]) -> Dict[str, Any]:
+    """A pyalloc trace (docs/formats.md): the state at the start (``initial``, from
+    :func:`_state`), the events ``recorded`` since (:meth:`Engine.trace_drain`), and the
+    state now."""
+    stats = eng.stats()
+    snap = eng.snapshot()
+    return {
+        "format": files.TRACE, "version": files.VERSION, "time": files.now_iso(),
+        "device": snap["device"], "backend": snap["backend"],
+        "options": eng.options_string, "budget_bytes": stats["budget_bytes"],
+        "device_total_bytes": stats["device_total_bytes"],
+        "dropped_events": recorded["dropped_events"],
+        "columns": ["t_ns", "action", "address", "size", "requested", "stream", "context"],
+        "events": recorded["events"],
+        "contexts": contexts,
+        "initial": initial,
+        "final": {"snapshot": snap, "stats": stats},
+    }
 
 
 class _OpContexts:
@@ -126,6 +169,7 @@ def record_trace(path: Union[str, "os.PathLike[str]"], *, stacks: bool = False,
         installed engine of the current device.
     """
     eng = _resolve(engine)
+    claim_ring(eng, "record_trace")
     initial = _state(eng)
     eng.trace_start(capacity)
     contexts: Optional[_OpContexts] = _OpContexts() if stacks else None
@@ -134,18 +178,7 @@ def record_trace(path: Union[str, "os.PathLike[str]"], *, stacks: bool = False,
             yield eng
     finally:
         recorded = eng.trace_stop()
-        stats = eng.stats()
-        snap = eng.snapshot()
-        doc = {
-            "format": files.TRACE, "version": files.VERSION, "time": files.now_iso(),
-            "device": snap["device"], "backend": snap["backend"],
-            "options": eng.options_string, "budget_bytes": stats["budget_bytes"],
-            "device_total_bytes": stats["device_total_bytes"],
-            "dropped_events": recorded["dropped_events"],
-            "columns": ["t_ns", "action", "address", "size", "requested", "stream", "context"],
-            "events": recorded["events"],
-            "contexts": contexts.table if contexts is not None else [""],
-            "initial": initial,
-            "final": {"snapshot": snap, "stats": stats},
-        }
+        release_ring(eng, "record_trace")
+        doc = trace_document(eng, initial, recorded,
+                             contexts.table if contexts is not None else [""])
         files.save(path, doc)
