@@ -59,7 +59,8 @@ def _resolve_device(device: str) -> str:
 
 
 def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional[str] = None,
-            stats_interval: float = 1.0, patch_torch: bool = True, **options: Any) -> str:
+            stats_interval: float = 1.0, patch_torch: bool = True, torch_alloc_conf: bool = True,
+            **options: Any) -> str:
     """Route PyTorch's allocations through pyalloc. Call once, before creating tensors.
 
     Parameters
@@ -78,7 +79,15 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     patch_torch : bool
         On CUDA, make ``torch.cuda.memory_stats``, ``memory_allocated``, ``memory_summary``,
         ``reset_peak_memory_stats`` and their kin report pyalloc's figures (under a
-        pluggable allocator PyTorch's own raise). See :mod:`pyalloc.torch_compat`.
+        pluggable allocator PyTorch's own raise), and ``_record_memory_history``,
+        ``_snapshot``, ``_dump_snapshot`` and the out-of-memory observer work. See
+        :mod:`pyalloc.torch_compat`.
+    torch_alloc_conf : bool
+        Read ``PYTORCH_ALLOC_CONF`` / ``PYTORCH_CUDA_ALLOC_CONF``: keys with a pyalloc
+        meaning (``expandable_segments``, ``max_split_size_mb``,
+        ``per_process_memory_fraction``) become options, below pyalloc's own settings;
+        any other key of PyTorch's device allocator is refused with a message naming the
+        equivalent or why there is none (:mod:`pyalloc.torch_conf`). False: ignore them.
     **options
         Any option listed by :func:`pyalloc.options_table`, overriding ``PYALLOC_CONF``.
         ``policy="recompute"`` turns on rematerialization for the thread that calls
@@ -106,7 +115,7 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
             f"pyalloc is already installed in this process (device={state.installed_device()!r}); "
             "install() can be called once, before the first tensor is created"
         )
-    text = build_options(budget, options)
+    text = build_options(budget, options, torch_alloc_conf=torch_alloc_conf)
     resolved = _resolve_device(device)
     chosen = effective(text)
     if chosen["policy"] != "none":

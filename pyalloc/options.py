@@ -1,9 +1,11 @@
 """Options: one table, defined in the engine (allocator/src/options.h).
 
 Options come from ``PYALLOC_CONF="key:value,key:value"``, from ``PYALLOC_<NAME>=value``
-for any one option (``PYALLOC_INPLACE_UPDATE=1``, ``PYALLOC_BUDGET=8GiB``), and from
-keyword arguments to :func:`pyalloc.install`; keyword arguments win, then the one-option
-variables, then ``PYALLOC_CONF``. The engine parses and validates the merged string, so the
+for any one option (``PYALLOC_INPLACE_UPDATE=1``, ``PYALLOC_BUDGET=8GiB``), from
+keyword arguments to :func:`pyalloc.install`, and, for install(), from the keys of
+PyTorch's ``PYTORCH_CUDA_ALLOC_CONF`` that have a pyalloc meaning (:mod:`pyalloc.torch_conf`);
+keyword arguments win, then the one-option variables, then ``PYALLOC_CONF``, then
+PyTorch's. The engine parses and validates the merged string, so the
 rules, defaults and error messages are the same from every entry point.
 
 ``python tools/options_table.py`` prints the table as the Markdown docs/design.md carries
@@ -15,7 +17,7 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from . import _lib
+from . import _lib, torch_conf
 
 Budget = Union[int, float, str, None]
 
@@ -81,14 +83,20 @@ def parse_conf(text: str) -> Dict[str, str]:
 
 
 def build_options(budget: Budget = None, overrides: Mapping[str, Any] = (),
-                  environ: Optional[Mapping[str, str]] = None) -> str:
+                  environ: Optional[Mapping[str, str]] = None,
+                  torch_alloc_conf: bool = False) -> str:
     """Merges PYALLOC_CONF, ``budget`` and ``overrides`` and validates the result.
 
+    ``torch_alloc_conf``: also read PyTorch's ``PYTORCH_ALLOC_CONF`` /
+    ``PYTORCH_CUDA_ALLOC_CONF``, below everything else (:mod:`pyalloc.torch_conf`).
     Returns the normalized option string the engine will run with. Raises ``ValueError``
     naming the bad key or value and the accepted form.
     """
     env = os.environ if environ is None else environ
-    merged = parse_conf(env.get("PYALLOC_CONF", ""))
+    merged: Dict[str, str] = {}
+    if torch_alloc_conf:
+        merged.update(torch_conf.read(env)[1])
+    merged.update(parse_conf(env.get("PYALLOC_CONF", "")))
     known = {row["name"] for row in options_table()}
     for name in known:  # the one-option spellings, PYALLOC_<NAME>
         value = env.get(env_name(name))

@@ -2,6 +2,10 @@
 row, so what one entry point accepts, every entry point accepts, and reads back the same."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import pyalloc
@@ -71,3 +75,64 @@ def test_the_table_names_its_environment_variable_and_choices():
     assert rows["evict_strategy"]["choices"] == "dtr, dte, window"
     assert rows["budget"]["choices"] == ""
     assert "`PYALLOC_INPLACE_UPDATE`" in pyalloc.options.markdown_table()
+
+
+# --- PyTorch's PYTORCH_CUDA_ALLOC_CONF (pyalloc/torch_conf.py) ---------------------------
+
+def torch_conf_options(environ, **overrides):
+    return effective(build_options(None, overrides, environ=environ, torch_alloc_conf=True))
+
+
+def test_pytorch_alloc_conf_keys_with_a_pyalloc_meaning_become_options():
+    chosen = torch_conf_options({"PYTORCH_CUDA_ALLOC_CONF":
+                                 "expandable_segments:True, max_split_size_mb:512,"
+                                 "per_process_memory_fraction:0.5,"
+                                 "pinned_use_cuda_host_register:True,backend:native"})
+    assert chosen["expandable"] == "true"
+    assert chosen["max_split_size"] == effective("max_split_size:512MiB")["max_split_size"]
+    assert chosen["budget"] == effective("budget:0.5")["budget"]
+    # Off unless asked: an engine made for a test does not read it.
+    plain = effective(build_options(None, {}, environ={
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
+    assert plain["expandable"] == "false"
+
+
+def test_pyalloc_settings_rank_above_pytorchs_and_the_newer_variable_is_read_first():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:100",
+           "PYTORCH_ALLOC_CONF": "max_split_size_mb:200"}
+    chosen = torch_conf_options(env)
+    assert chosen["max_split_size"] == effective("max_split_size:200MiB")["max_split_size"]
+    assert chosen["expandable"] == "false"  # only PYTORCH_ALLOC_CONF is read
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:100",
+           "PYALLOC_CONF": "expandable:false", "PYALLOC_MAX_SPLIT_SIZE": "300MiB"}
+    chosen = torch_conf_options(env)
+    assert chosen["expandable"] == "false"
+    assert chosen["max_split_size"] == effective("max_split_size:300MiB")["max_split_size"]
+    assert torch_conf_options(env, max_split_size="400MiB")["max_split_size"] == \
+        effective("max_split_size:400MiB")["max_split_size"]
+
+
+def test_pytorch_alloc_conf_keys_without_a_pyalloc_meaning_are_refused_all_at_once():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.6,expandable_segments:yes,"
+                                      "roundup_power2_divisions:4,backend:cudaMallocAsync,"
+                                      "max_split_size_mb:8,no_such_key:1,loose"}
+    with pytest.raises(ValueError) as info:
+        torch_conf_options(env)
+    message = str(info.value)
+    assert message.startswith("PYTORCH_CUDA_ALLOC_CONF has settings pyalloc cannot honour")
+    for expected in ("garbage_collection_threshold: pyalloc keeps freed segments cached",
+                     "expandable_segments must be True or False, got 'yes'",
+                     "roundup_power2_divisions:", "cudaMallocAsync cannot be combined",
+                     "max_split_size_mb must be more than 20", "no_such_key: not a key",
+                     "'loose' is not key:value", "install(torch_alloc_conf=False)"):
+        assert expected in message, expected
+
+
+def test_install_reads_pytorch_alloc_conf():
+    program = Path(__file__).parent / "programs" / "torch_alloc_conf.py"
+    proc = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused True False" in proc.stdout
+    options = proc.stdout.split("options ", 1)[1]
+    assert "expandable:true" in options and f"max_split_size:{64 << 20}," in options
