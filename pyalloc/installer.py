@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import _lib, _torch_shim, inplace, lifetime, registry, state
+from . import _lib, _torch_shim, compiled, inplace, lifetime, registry, state
 from .errors import PyallocError
 from .options import Budget, build_options, effective
 from .publish import StatsPublisher
@@ -129,6 +129,7 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     else:
         _install_cpu(text)
     state.set_installed(resolved)
+    compiled.enable()   # torch.compile's regions hold their tensors under a policy
     lifetime.arm()   # the model built from here on, and optimizer state, are long-lived
     if chosen["inplace_update"] == "true":
         inplace.enable()

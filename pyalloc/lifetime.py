@@ -22,6 +22,8 @@ the forward hook removes itself after the first forward.
 """
 from __future__ import annotations
 
+import warnings
+
 import contextlib
 import threading
 from typing import Any, Iterator, List, Optional
@@ -107,6 +109,10 @@ def arm() -> None:
     if _step_hooks:
         return
     _forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(_first_forward)
+    # torch.compile(module) warns that global hooks fire once more for the compiled
+    # module; this one removes itself at the first forward, so an extra call is harmless.
+    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there "
+                            r"are global hooks", category=UserWarning)
     _step_hooks.extend([register_optimizer_step_pre_hook(_step_begins),
                         register_optimizer_step_post_hook(_step_ends)])
     _set(True)

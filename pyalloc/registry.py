@@ -190,6 +190,26 @@ class Registry:
         finally:
             shim.pyalloc_registry_thread_enable(was)
 
+    @contextlib.contextmanager
+    def holding(self, tensors: List[torch.Tensor]) -> Iterator[None]:
+        """Within the block the storages of ``tensors`` that are nodes are resident and
+        pinned: neither evicted nor moved (Note [Holding for compiled code] in
+        registry/src/registry.h)."""
+        keys = [t.untyped_storage()._cdata for t in tensors]
+        if not keys:
+            yield
+            return
+        shim = _torch_shim.load()
+        handles = (ctypes.c_uint64 * len(keys))()
+        held = shim.pyalloc_registry_hold((ctypes.c_void_p * len(keys))(*keys), len(keys),
+                                          handles)
+        if held == ctypes.c_size_t(-1).value:
+            raise RuntimeError(_torch_shim.last_error())
+        try:
+            yield
+        finally:
+            shim.pyalloc_registry_release(handles, held)
+
     # --- statistics -----------------------------------------------------------------------
     def stats(self) -> Dict[str, int]:
         """Counters (docs/stats.md, the ``remat.*`` keys) and the nodes' state now."""

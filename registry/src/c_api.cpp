@@ -99,6 +99,26 @@ PYALLOC_SHIM_API int pyalloc_registry_restore_all() {
   });
 }
 
+// Note [Holding for compiled code] in registry.h. Returns how many handles it wrote, or
+// SIZE_MAX on an error (pyalloc_shim_last_error says which).
+PYALLOC_SHIM_API size_t pyalloc_registry_hold(const void* const* keys, size_t count,
+                                              uint64_t* handles) {
+  if ((!keys || !handles) && count) return SIZE_MAX;
+  std::size_t held = 0;
+  const std::string error =
+      registry().hold(reinterpret_cast<const c10::StorageImpl* const*>(keys), count,
+                      handles, &held);
+  if (!error.empty()) {
+    fail(error);
+    return SIZE_MAX;
+  }
+  return held;
+}
+
+PYALLOC_SHIM_API void pyalloc_registry_release(const uint64_t* handles, size_t count) {
+  if (handles || !count) registry().release(handles, count);
+}
+
 PYALLOC_SHIM_API void pyalloc_registry_collect() { registry().collect(); }
 
 PYALLOC_SHIM_API int pyalloc_registry_active() { return registry().active() ? 1 : 0; }

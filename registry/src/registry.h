@@ -124,6 +124,18 @@ class Registry {
   bool active() const { return active_.load(std::memory_order_acquire); }
   // Restores every evicted storage the program still holds (oldest first).
   std::string restore_all();
+  // Note [Holding for compiled code]
+  // Code compiled by torch.compile reads and writes tensors through their data pointers,
+  // not through the dispatcher where the per-op path restores and pins what an op reads:
+  // an evicted input would be read where its bytes no longer are. So a compiled region
+  // holds its tensors for as long as it runs (pyalloc/compiled.py): hold() restores the
+  // nodes of `keys` (StorageImpl addresses; storages that are no node are skipped) and
+  // pins them, and writes their handles, each once, into `handles` (room for `count`);
+  // *held is how many. release() unpins them by handle, found again even if the program
+  // dropped them meanwhile. "" or an error (nothing is left pinned on an error).
+  std::string hold(const c10::StorageImpl* const* keys, std::size_t count, Handle* handles,
+                   std::size_t* held);
+  void release(const Handle* handles, std::size_t count);
   // Forgets now what the program no longer holds — the nodes of a step that ended by an
   // exception, the registry's own storages only their lineage needed — instead of at the
   // next periodic sweep, so their memory is free for what comes next (empty_cache() calls

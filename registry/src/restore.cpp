@@ -328,6 +328,37 @@ c10::intrusive_ptr<c10::StorageImpl> Registry::version_of(Lock& lock, Node* node
   return storage;
 }
 
+std::string Registry::hold(const c10::StorageImpl* const* keys, std::size_t count,
+                           Handle* handles, std::size_t* held) {
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  *held = 0;
+  if (!active_.load()) return "";
+  NodeList nodes;
+  for (std::size_t i = 0; i < count; ++i) {
+    Node* node = by_key_locked(keys[i]);
+    if (node && std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+  }
+  try {
+    pin_all(lock, nodes);  // all pinned, or none on a throw
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  for (Node* node : nodes) handles[(*held)++] = node->handle;
+  return "";
+}
+
+void Registry::release(const Handle* handles, std::size_t count) {
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  NodeList nodes;
+  for (std::size_t i = 0; i < count; ++i)
+    if (Node* node = find_locked(handles[i])) nodes.push_back(node);
+  unpin_all_locked(nodes);
+}
+
 std::string Registry::restore_all() {
   Lock lock(mu_);
   Burial burial(*this, lock);

@@ -1,0 +1,134 @@
+"""torch.compile under a policy (recompute, swap, hybrid).
+
+Code that torch.compile generates reads and writes tensors through their data pointers,
+not through the dispatcher, where the registry's per-op path restores an evicted tensor
+before an op reads it and pins it while the op runs. Left alone, a compiled region reads
+an evicted input where its bytes no longer are (a crash, or wrong numbers), and the
+storages it makes through the dispatcher (an extern matmul's output) become nodes the
+engine may evict while the region's own kernels still read them.
+
+So while a registry is active, every callable ``torch.compile`` returns runs as one op
+would (Note [Holding for compiled code] in registry/src/registry.h):
+
+* its tensor arguments are restored and pinned for the call, and the registry steps aside
+  on the calling thread: what the region makes is no node, never evicted, and is held by
+  the recordings of later ops that read it, as any tensor made outside the registry is;
+* its backward (the compiled backward, run by autograd) gets the same: the gradients it
+  receives and the region's inputs (which it may have saved) are restored and pinned,
+  and the registry steps aside on autograd's thread while it runs.
+
+Eager code around compiled regions keeps the policy. What a region holds is resident for
+its whole run, so the smallest budget that trains rises by its working set.
+``install()`` routes ``torch.compile`` here (:func:`enable`), so compile after install, as
+the model is built after it; the guard does nothing while no registry is active.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any, Callable, List, Optional
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from . import _torch_shim, registry
+
+_original_compile: Optional[Callable[..., Any]] = None
+_lock = threading.Lock()
+
+
+def _tensors(values: Any) -> List[torch.Tensor]:
+    out = []
+    for value in tree_leaves(values):
+        if isinstance(value, torch.Tensor) and value.layout == torch.strided \
+                and value.device.type != "meta":
+            out.append(value)
+    return out
+
+
+class _Aside:
+    """The registry steps aside on this thread and holds ``tensors`` until exit."""
+
+    def __init__(self, reg: "registry.Registry", tensors: List[torch.Tensor]) -> None:
+        self._hold = reg.holding(tensors)
+        self._was: Optional[int] = None
+
+    def __enter__(self) -> None:
+        self._hold.__enter__()
+        self._was = _torch_shim.load().pyalloc_registry_thread_enable(0)
+
+    def __exit__(self, *exc: Any) -> None:
+        _torch_shim.load().pyalloc_registry_thread_enable(self._was)
+        self._hold.__exit__(*exc)
+
+
+def _guard_backward(reg: "registry.Registry", inputs: List[torch.Tensor], outputs: Any) -> None:
+    # One pre-hook and one hook per backward node of the region's outputs: autograd runs
+    # them on the same thread, right before and right after the node. The compiled
+    # backward reads the gradients it gets and what the forward saved: the forward's
+    # outputs and intermediates (no nodes: made with the registry aside) and its inputs,
+    # held weakly here so that holding them keeps nothing alive.
+    saved = [weakref.ref(t) for t in inputs]
+    seen = set()
+    for out in _tensors(outputs):
+        node = out.grad_fn
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        asides: List[_Aside] = []
+
+        def before(grad_outputs: Any, asides: List[_Aside] = asides) -> None:
+            alive = [t for t in (ref() for ref in saved) if t is not None]
+            aside = _Aside(reg, _tensors(grad_outputs) + alive)
+            aside.__enter__()
+            asides.append(aside)
+
+        def after(grad_inputs: Any, grad_outputs: Any, asides: List[_Aside] = asides) -> None:
+            if asides:
+                asides.pop().__exit__(None, None, None)
+
+        node.register_prehook(before)
+        node.register_hook(after)
+
+
+def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a compiled callable) run as described in the module's doc while a registry
+    is active, and as it is otherwise."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        reg = registry.active()
+        if reg is None:
+            return fn(*args, **kwargs)
+        inputs = _tensors((args, kwargs))
+        with _Aside(reg, inputs):
+            out = fn(*args, **kwargs)
+        if torch.is_grad_enabled():
+            _guard_backward(reg, inputs, out)
+        return out
+
+    call.__pyalloc_guarded__ = True  # type: ignore[attr-defined]
+    return call
+
+
+def _compile(model: Any = None, **kwargs: Any) -> Any:
+    """``torch.compile`` whose result runs under :func:`guard`."""
+    assert _original_compile is not None
+    if model is None:  # used as @torch.compile(mode=...)
+        return lambda fn: _compile(fn, **kwargs)
+    compiled = _original_compile(model, **kwargs)
+    if isinstance(compiled, torch.nn.Module):
+        # OptimizedModule: calling it runs its forward; the module stays a module.
+        compiled.forward = guard(compiled.forward)
+        return compiled
+    return guard(compiled)
+
+
+def enable() -> None:
+    """Routes ``torch.compile`` through :func:`_compile` (idempotent; stays for the life of
+    the process, doing nothing while no registry is active)."""
+    global _original_compile
+    with _lock:
+        if _original_compile is None:
+            _original_compile = torch.compile
+            torch.compile = functools.wraps(_original_compile)(_compile)
