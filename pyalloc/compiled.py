@@ -124,11 +124,35 @@ def _compile(model: Any = None, **kwargs: Any) -> Any:
     return guard(compiled)
 
 
+def _refuse_capture_under_a_policy(capture_begin: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(capture_begin)
+    def begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        reg = registry.active()
+        if reg is not None:
+            # A captured graph replays fixed addresses: a tensor the registry evicts or
+            # moves afterwards would be read and written where it no longer is.
+            raise RuntimeError(
+                f"pyalloc: CUDA graph capture is not supported while policy={reg.policy!r} "
+                f"is active (a captured graph replays fixed addresses, which eviction and "
+                f"swapping change). Capture with no policy (pyalloc.install() without "
+                f"policy=, or outside a pyalloc.recompute() block); with a policy, compile "
+                f"with a mode that does not capture (torch.compile's default, or "
+                f"\"max-autotune-no-cudagraphs\") instead of \"reduce-overhead\".")
+        return capture_begin(graph, *args, **kwargs)
+
+    begin.__pyalloc_guarded__ = True  # type: ignore[attr-defined]
+    return begin
+
+
 def enable() -> None:
-    """Routes ``torch.compile`` through :func:`_compile` (idempotent; stays for the life of
-    the process, doing nothing while no registry is active)."""
+    """Routes ``torch.compile`` through :func:`_compile`, and makes CUDA graph capture
+    refuse to start under a policy (idempotent; stays for the life of the process, doing
+    nothing while no registry is active)."""
     global _original_compile
     with _lock:
         if _original_compile is None:
             _original_compile = torch.compile
             torch.compile = functools.wraps(_original_compile)(_compile)
+            graph = getattr(torch.cuda, "CUDAGraph", None)
+            if graph is not None and hasattr(graph, "capture_begin"):
+                graph.capture_begin = _refuse_capture_under_a_policy(graph.capture_begin)

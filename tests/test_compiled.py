@@ -33,3 +33,4 @@ def test_compiled_regions_train_bit_identically_under_recompute_and_swap():
         assert got["evictions"] > 0, policy
         assert got["losses"] == plain["losses"], policy
         assert got["digest"] == plain["digest"], policy
+        assert "CUDA graph capture is not supported while policy=" in got["capture"], policy

@@ -56,6 +56,12 @@ for step in range(3):
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in params)).hexdigest()
 trained = pyalloc.memory_stats()
 
-print(json.dumps({"losses": losses, "digest": digest, "same": same,
+capture = ""
+if policy != "none":
+    try:
+        torch.cuda.CUDAGraph.capture_begin(None)   # refused before it reaches the device
+    except RuntimeError as error:
+        capture = str(error)
+print(json.dumps({"capture": capture, "losses": losses, "digest": digest, "same": same,
                   "evictions": trained.get("remat.evictions", 0) - evicted_before,
                   "evicted_before_call": evicted_before, "made_evicted": made_evicted}))
