@@ -18,9 +18,21 @@ def test_demo_and_every_stats_subcommand_on_its_files(tmp_path, capsys):
     out = tmp_path / "demo"
     proc = subprocess.run(
         [sys.executable, "-m", "pyalloc.demo", "--device", "cpu", "--steps", "3", "--batch", "8",
-         "--out", str(out)], capture_output=True, text=True, timeout=600)
+         "--out", str(out), "--json", str(tmp_path / "demo.json")],
+        capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "pyalloc-stats report" in proc.stdout and "Reclaim counters" in proc.stdout
+    # The point: under the budget the stock batch needs, 4x that batch runs out of memory
+    # without a policy and trains under recompute, and the table says so.
+    demo = json.loads((tmp_path / "demo.json").read_text())
+    stock, plain, managed = demo["runs"]
+    assert (stock["batch"], plain["batch"], managed["batch"]) == (8, 32, 32)
+    assert stock["trained"] and not plain["trained"] and managed["trained"]
+    assert "out of memory" in plain["error"]
+    assert managed["evictions"] > 0 and managed["recomputes"] > 0
+    assert stock["peak_reserved"] <= demo["budget"] and managed["peak_reserved"] <= demo["budget"]
+    assert len(managed["allocated"]) == 3
+    assert "4x the batch in the memory the stock batch needs" in proc.stdout
     trace, snap, plot, live = (out / "trace.json.gz", out / "snapshot.json", out / "memory.png",
                                out / "stats.json")
     assert plot.stat().st_size > 10_000
