@@ -86,10 +86,11 @@ class Run:
 
 
 def train(run: Run, steps: int, image: int, device: torch.device, label: str,
-          time_limit: float) -> Run:
+          time_limit: float, snapshot: Optional[Path] = None) -> Run:
     """Trains a fresh, seeded model for ``steps`` steps at ``run.batch``. An out-of-memory
     error, or ``time_limit`` seconds (a policy that thrashes: evicting what it is about to
-    need, again and again), ends the run, recorded in it, and leaves the engine usable."""
+    need, again and again), ends the run, recorded in it, and leaves the engine usable.
+    ``snapshot``: where to save the engine's layout at the end, while the model is alive."""
     from tqdm import tqdm
 
     from pyalloc.bench.suite import TooSlow, time_limit as limit
@@ -125,6 +126,8 @@ def train(run: Run, steps: int, image: int, device: torch.device, label: str,
     for key, attr in (("remat.evictions", "evictions"), ("remat.recomputes", "recomputes"),
                       ("remat.swap_outs", "swap_outs")):
         setattr(run, attr, int(after.get(key, 0) - before.get(key, 0)))
+    if snapshot is not None:
+        pyalloc.save_snapshot(snapshot)
     del model, opt, x, y
     pyalloc.empty_cache()
     return run
@@ -226,12 +229,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                   device, label, args.time_limit)
     with pyalloc.record_trace(trace_path, stacks=True), pyalloc.recompute(policy=args.policy):
         managed = train(Run(f"{args.scale}x, {args.policy}", large, args.policy), args.steps,
-                        args.image, device, label, args.time_limit)
+                        args.image, device, label, args.time_limit, snapshot=snapshot_path)
     runs = [stock, plain, managed]
 
     stats = pyalloc.memory_stats()
     pyalloc.check_invariants()
-    pyalloc.save_snapshot(snapshot_path)
     print()
     print(table(runs, budget))
     if managed.trained:
@@ -255,7 +257,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout.flush()
     rc = stats_cli.main(["report", str(trace_path), "--top", "5"])
     print(f"\nwrote {plot_path} (the runs' memory), {trace_path} (trace of the {args.policy} "
-          f"run), {snapshot_path} (snapshot), {out / 'stats.json'} (live stats, for "
+          f"run), {snapshot_path} (its snapshot at the end), {out / 'stats.json'} (live stats, for "
           f"pyalloc-stats watch)")
     print(f"next: pyalloc-stats plot {trace_path} -o timeline.png | "
           f"pyalloc-stats plot {snapshot_path} -o segments.html | "

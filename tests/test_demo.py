@@ -48,7 +48,7 @@ def test_demo_and_every_stats_subcommand_on_its_files(tmp_path, capsys):
     assert stats(["compare", str(snap), str(trace)]) == 0
     assert stats(["export-memviz", str(trace), "-o", str(tmp_path / "m.pickle")]) == 0
     exported = pickle.loads((tmp_path / "m.pickle").read_bytes())
-    assert exported["segments"] and exported["device_traces"][0]
+    assert exported["device_traces"][0]  # the trace ends after the run released its memory
     assert stats(["watch", str(live), "--once"]) == 0
     capsys.readouterr()
 
