@@ -9,6 +9,8 @@ the error is raised, with a dict:
     largest_free_block, external_fragmentation, evictable, evictable_blocks,
     device_free, device_total   (bytes, but external_fragmentation, a fraction)
     report                      the error's text
+    nvml                        on CUDA, the whole GPU as NVML sees it (pyalloc.nvml): a
+                                dict, or a string saying why there is none
 
 Callbacks run in the order they were registered. One that raises is logged and the others
 still run; the out-of-memory error is raised either way. The engine's lock is free while
@@ -28,9 +30,10 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import asdict
 from typing import Any, Callable, Dict, Optional
 
-from . import _lib
+from . import _lib, nvml, state
 
 log = logging.getLogger("pyalloc")
 
@@ -82,6 +85,9 @@ def _dispatch(_context: Any, info_json: bytes) -> None:
     # Runs on the failing thread, from C: nothing may propagate back into it.
     try:
         report = json.loads(info_json.decode("utf-8", errors="replace"))
+        if state.installed_device() == "cuda":
+            view, why = nvml.device_view(report["device"])
+            report["nvml"] = asdict(view) if view is not None else why
         with _lock:
             callbacks = list(_callbacks.values())
         for fn in callbacks:

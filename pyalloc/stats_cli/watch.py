@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
+from .. import nvml
 from .common import CliError, format_bytes, format_ratio
 from .render import Section, print_sections, rich_renderables, use_rich
 
@@ -165,6 +166,9 @@ def frame_sections(doc: Dict[str, Any], path: Path, history: List[int],
             ("host pool", f"{format_bytes(s.get('host_pool_used_bytes.current'))} of "
                           f"{format_bytes(s.get('host_pool_bytes'))}"),
         ]
+    if doc.get("device") == "cuda":   # the whole GPU, beside the process's own figures
+        view, why = nvml.device_view(int(doc.get("device_index", 0)))
+        rows[-1:-1] = nvml.view_rows(view, why, pid, format_bytes)
     notes = []
     if running is False:
         notes.append(f"process {pid} is not running: these are its last stats, "
