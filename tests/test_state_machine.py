@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -59,6 +60,13 @@ SIZES = st.one_of(
     st.integers(1 << 20, 40 << 20),
 )
 _tags = itertools.count(1)
+# tools/sanitize.sh runs these machines under ASan, several times slower: it scales the
+# examples down (PYALLOC_TEST_EXAMPLES_SCALE=0.25) to keep CI's time.
+_EXAMPLES_SCALE = float(os.environ.get("PYALLOC_TEST_EXAMPLES_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    return max(5, int(n * _EXAMPLES_SCALE))
 
 
 SERVING_RUNGS = ("cached", "stitch_first", "grow", "fence", "any_class", "borrow",
@@ -492,7 +500,7 @@ def test_compaction_moves_blocks_soundly_under_random_workloads(machine):
 
     machine.moved_total = 0
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=60, stateful_step_count=120, **_SETTINGS))
+        max_examples=examples(60), stateful_step_count=120, **_SETTINGS))
     assert machine.moved_total > 0   # the rung really ran, and nothing read wrong
 
 
@@ -508,10 +516,12 @@ class ExpandableEngineMachine(EngineMachine):
         assert len(large) <= 1 and all(s["expandable"] for s in large), large
 
 
-EngineMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, **_SETTINGS)
+EngineMachine.TestCase.settings = settings(max_examples=examples(200), stateful_step_count=50,
+                                            **_SETTINGS)
 TestEngineStateMachine = EngineMachine.TestCase
 TestEngineStateMachine.pytestmark = [pytest.mark.slow]
-ExpandableEngineMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50,
+ExpandableEngineMachine.TestCase.settings = settings(max_examples=examples(100),
+                                                     stateful_step_count=50,
                                                      **_SETTINGS)
 TestExpandableEngineStateMachine = ExpandableEngineMachine.TestCase
 TestExpandableEngineStateMachine.pytestmark = [pytest.mark.slow]

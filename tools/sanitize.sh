@@ -35,4 +35,6 @@ export LD_PRELOAD="$("$compiler" -print-file-name=libasan.so) $("$compiler" -pri
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYALLOC_LIBRARY="$lib"
+# Several times slower under the sanitizers: a quarter of the state machines' examples.
+export PYALLOC_TEST_EXAMPLES_SCALE=${PYALLOC_TEST_EXAMPLES_SCALE:-0.25}
 exec python -m pytest -q -p no:cacheprovider "${tests[@]}"
