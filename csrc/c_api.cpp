@@ -17,6 +17,7 @@
 #endif
 
 using pyalloc::Engine;
+using pyalloc::Status;
 using pyalloc::StreamId;
 
 namespace {
@@ -26,6 +27,12 @@ thread_local std::string t_error;
 int pyalloc::capi::fail(std::string message) {
   t_error = std::move(message);
   return 1;
+}
+
+int pyalloc::capi::fail(const pyalloc::Status& status) {
+  if (status.ok()) return 0;
+  t_error = status.message();
+  return status.code();
 }
 
 namespace {
@@ -142,9 +149,9 @@ void* pyalloc_malloc(size_t size, int device, void* stream) {
   if (reinterpret_cast<StreamId>(stream) == pyalloc::kAnyStream) {
     throw std::invalid_argument("pyalloc: stream handle ~0 is reserved");
   }
-  std::string error;
-  void* p = e->malloc(size, reinterpret_cast<StreamId>(stream), &error);
-  if (!p) throw pyalloc::OutOfMemory(error);
+  void* p = nullptr;
+  const Status status = e->malloc(size, reinterpret_cast<StreamId>(stream), &p);
+  if (!status.ok()) throw pyalloc::OutOfMemory(status.message());
   return p;
 }
 
@@ -159,8 +166,8 @@ void pyalloc_free(void* ptr, size_t size, int device, void* /*stream*/) {
                     ", where pyalloc has no engine; the pointer was not freed");
     return;
   }
-  std::string err = e->free(ptr, size);
-  if (!err.empty()) report_bad_free(err);
+  const Status status = e->free(ptr, size);
+  if (!status.ok()) report_bad_free(status.message());
 }
 
 void pyalloc_empty_cache_hook(void) {
@@ -172,8 +179,8 @@ void pyalloc_empty_cache_hook(void) {
 void pyalloc_memory_fraction_hook(double fraction, int device) {
   pyalloc_engine* e = installed_engine(device);
   if (!e) throw std::invalid_argument("pyalloc: " + t_error);
-  std::string err = e->set_memory_fraction(fraction);
-  if (!err.empty()) throw std::invalid_argument("pyalloc: " + err);
+  const Status status = e->set_memory_fraction(fraction);
+  if (!status.ok()) throw std::invalid_argument("pyalloc: " + status.message());
 }
 
 void pyalloc_record_stream_hook(void* ptr, void* stream) {
@@ -182,9 +189,9 @@ void pyalloc_record_stream_hook(void* ptr, void* stream) {
   for (auto& slot : g_engines) {
     pyalloc_engine* e = slot.load(std::memory_order_acquire);
     if (!e) continue;
-    std::string err = e->record_stream(ptr, reinterpret_cast<StreamId>(stream));
-    if (err.empty()) return;
-    if (first_error.empty()) first_error = err;
+    const Status status = e->record_stream(ptr, reinterpret_cast<StreamId>(stream));
+    if (status.ok()) return;
+    if (first_error.empty()) first_error = status.message();
   }
   throw std::invalid_argument("pyalloc: " + (first_error.empty() ? "record_stream before install"
                                                                  : first_error));
@@ -261,24 +268,18 @@ int pyalloc_engine_alloc(pyalloc_engine* engine, size_t size, uintptr_t stream, 
   if (stream == pyalloc::kAnyStream) {
     return fail("stream " + std::to_string(stream) + " is reserved by pyalloc; pass a real stream");
   }
-  std::string error;
-  *out = engine->malloc(size, stream, &error);
-  if (*out) return 0;
-  fail(error);
-  return PYALLOC_OOM;
+  return fail(engine->malloc(size, stream, out));
 }
 
 int pyalloc_engine_free(pyalloc_engine* engine, void* ptr, size_t expected_size) {
   PYALLOC_CHECK_ENGINE(engine);
   if (!ptr) return fail("free of NULL: there is nothing to free");
-  std::string err = engine->free(ptr, expected_size);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->free(ptr, expected_size));
 }
 
 int pyalloc_engine_record_stream(pyalloc_engine* engine, void* ptr, uintptr_t stream) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->record_stream(ptr, stream);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->record_stream(ptr, stream));
 }
 
 int pyalloc_engine_empty_cache(pyalloc_engine* engine) {
@@ -289,14 +290,12 @@ int pyalloc_engine_empty_cache(pyalloc_engine* engine) {
 
 int pyalloc_engine_set_budget(pyalloc_engine* engine, uint64_t bytes) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->set_budget(bytes);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->set_budget(bytes));
 }
 
 int pyalloc_engine_set_memory_fraction(pyalloc_engine* engine, double fraction) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->set_memory_fraction(fraction);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->set_memory_fraction(fraction));
 }
 
 char* pyalloc_engine_stats_json(pyalloc_engine* engine) {
@@ -358,8 +357,7 @@ int pyalloc_engine_set_oom_callback(pyalloc_engine* engine, pyalloc_oom_fn fn, v
 
 int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle, double cost) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->set_evictable(ptr, handle, cost);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->set_evictable(ptr, handle, cost));
 }
 
 int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine, pyalloc_movable_fn movable,
@@ -406,8 +404,7 @@ uint64_t pyalloc_engine_freed_marked_count(pyalloc_engine* engine) {
 
 int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->touch(ptr);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->touch(ptr));
 }
 
 int pyalloc_engine_trace_start(pyalloc_engine* engine, uint64_t capacity) {
@@ -431,32 +428,24 @@ void pyalloc_set_trace_context(uint32_t context) { pyalloc::TraceRing::set_threa
 
 int pyalloc_engine_set_host_pool(pyalloc_engine* engine, uint64_t bytes) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->set_host_pool(bytes);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->set_host_pool(bytes));
 }
 
 int pyalloc_engine_swap_out(pyalloc_engine* engine, void* ptr, size_t bytes, uintptr_t stream,
                             uint64_t* slot) {
   PYALLOC_CHECK_ENGINE(engine);
   if (!slot) return fail("slot is NULL");
-  std::string err;
-  int rc = engine->swap_out(ptr, bytes, stream, slot, &err);
-  if (rc != Engine::kSwapOk) fail(err);
-  return rc;
+  return fail(engine->swap_out(ptr, bytes, stream, slot));
 }
 
 int pyalloc_engine_swap_in(pyalloc_engine* engine, uint64_t slot, void* ptr, uintptr_t stream) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err;
-  int rc = engine->swap_in(slot, ptr, stream, &err);
-  if (rc != Engine::kSwapOk) fail(err);
-  return rc;
+  return fail(engine->swap_in(slot, ptr, stream));
 }
 
 int pyalloc_engine_swap_wait(pyalloc_engine* engine, uint64_t slot, uintptr_t stream) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->swap_wait(slot, stream);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->swap_wait(slot, stream));
 }
 
 int pyalloc_engine_swap_ready(pyalloc_engine* engine, uint64_t slot) {
@@ -466,8 +455,7 @@ int pyalloc_engine_swap_ready(pyalloc_engine* engine, uint64_t slot) {
 
 int pyalloc_engine_swap_release(pyalloc_engine* engine, uint64_t slot) {
   PYALLOC_CHECK_ENGINE(engine);
-  std::string err = engine->swap_release(slot);
-  return err.empty() ? 0 : fail(err);
+  return fail(engine->swap_release(slot));
 }
 
 int pyalloc_engine_swap_stream(pyalloc_engine* engine, int to_host, uintptr_t* out) {

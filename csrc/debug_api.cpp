@@ -129,13 +129,12 @@ int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t s
       if (live.size() < target_live && dice < 60) {
         auto size = static_cast<std::size_t>(std::exp(std::uniform_real_distribution<double>(0, log_max)(rng)));
         uintptr_t stream = streams[rng() % streams.size()];
-        std::string error;
-        void* p = engine->malloc(size, stream, &error);
-        if (!p) continue;  // out of budget is a legal outcome under stress
+        void* p = nullptr;
+        if (!engine->malloc(size, stream, &p).ok()) continue;  // out of budget is legal here
         std::uint64_t tag = ++tag_counter;
         write_pattern(p, size, tag);
         live.push_back({p, size, tag});
-        if (rng() % 16 == 0) engine->record_stream(p, streams[rng() % streams.size()]);
+        if (rng() % 16 == 0) (void)engine->record_stream(p, streams[rng() % streams.size()]);
       } else if (!live.empty()) {
         std::size_t i = rng() % live.size();
         Live l = live[i];
@@ -146,8 +145,8 @@ int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t s
                          std::to_string(l.size) + " bytes)");
           break;
         }
-        std::string err = engine->free(l.ptr, l.size);
-        if (!err.empty()) report_failure("free failed: " + err);
+        const pyalloc::Status freed = engine->free(l.ptr, l.size);
+        if (!freed.ok()) report_failure("free failed: " + freed.message());
       }
       if (dice == 99 && rng() % 64 == 0) engine->empty_cache();
       // The lifetime phase is the engine's: any thread may flip it under the others' feet.
@@ -159,7 +158,7 @@ int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t s
     }
     for (const Live& l : live) {
       if (!check_pattern(l.ptr, l.size, l.tag)) report_failure("pattern overwritten at exit");
-      engine->free(l.ptr, l.size);
+      (void)engine->free(l.ptr, l.size);
     }
   };
 

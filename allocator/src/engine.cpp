@@ -84,21 +84,23 @@ void Engine::set_compact_callbacks(MovableCallback movable, RelocateCallback rel
   compact_context_ = context;
 }
 
-std::string Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
+Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   if (!(cost >= 0) || cost > 1e300) {
-    return "set_evictable: cost " + std::to_string(cost) + " must be a finite number >= 0";
+    return Status::invalid("set_evictable: cost " + std::to_string(cost) +
+                           " must be a finite number >= 0");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
   if (!block) {
-    return "set_evictable of " + format_address(addr) + ": no live block starts there (" +
-           pool_.describe_unknown_pointer(addr) + ")";
+    return Status::invalid("set_evictable of " + format_address(addr) +
+                           ": no live block starts there (" + pool_.describe_unknown_pointer(addr) +
+                           ")");
   }
   block->evict_handle = handle;
   block->evict_cost = cost;
   block->last_use = ++clock_;
-  return "";
+  return Status();
 }
 
 void Engine::note_freed_marked_locked(Block* block) {
@@ -121,40 +123,42 @@ std::size_t Engine::take_freed_marked(std::uint64_t* out, std::size_t capacity, 
   return n;
 }
 
-std::string Engine::touch(void* ptr) {
+Status Engine::touch(void* ptr) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
-  if (!block) return "touch of " + format_address(addr) + ": no live block starts there";
+  if (!block)
+    return Status::invalid("touch of " + format_address(addr) + ": no live block starts there");
   block->last_use = ++clock_;
-  return "";
+  return Status();
 }
 
-std::string Engine::free(void* ptr, std::size_t expected_size) {
+Status Engine::free(void* ptr, std::size_t expected_size) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
   if (!block) {
     ++pool_.stats().num_invalid_frees;
-    return "invalid free: " + pool_.describe_unknown_pointer(addr);
+    return Status::invalid("invalid free: " + pool_.describe_unknown_pointer(addr));
   }
   if (expected_size != SIZE_MAX && expected_size != block->requested) {
     ++pool_.stats().num_invalid_frees;
-    return "invalid free of " + format_address(addr) + ": the caller says it holds " +
-           std::to_string(expected_size) + " bytes but it was allocated with " +
-           std::to_string(block->requested) + "; the block was left allocated (pass the size "
-           "given to malloc)";
+    return Status::invalid("invalid free of " + format_address(addr) +
+                           ": the caller says it holds " + std::to_string(expected_size) +
+                           " bytes but it was allocated with " + std::to_string(block->requested) +
+                           "; the block was left allocated (pass the size "
+                           "given to malloc)");
   }
   if (block->evict_handle != 0) note_freed_marked_locked(block);
   if (block->segment->stitched) {
     free_stitched_locked(block);
     after_op_locked();
-    return "";
+    return Status();
   }
   if (block->stream_uses.empty()) {
     release_locked(block);
     after_op_locked();
-    return "";
+    return Status();
   }
   // Other streams used it: reusable once each of them has passed this point.
   PendingFree pending{block, {}};
@@ -178,24 +182,26 @@ std::string Engine::free(void* ptr, std::size_t expected_size) {
     pending_.push_back(std::move(pending));
   }
   after_op_locked();
-  return "";
+  return Status();
 }
 
-std::string Engine::record_stream(void* ptr, StreamId stream) {
+Status Engine::record_stream(void* ptr, StreamId stream) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   Block* block = pool_.find_allocated(addr);
   if (!block) {
-    return "record_stream of " + format_address(addr) + ": no live block starts there (" +
-           pool_.describe_unknown_pointer(addr) + ")";
+    return Status::invalid("record_stream of " + format_address(addr) +
+                           ": no live block starts there (" + pool_.describe_unknown_pointer(addr) +
+                           ")");
   }
-  if (stream == kAnyStream) return "record_stream: stream " + format_address(stream) + " is reserved";
-  if (stream == block->stream) return "";
+  if (stream == kAnyStream)
+    return Status::invalid("record_stream: stream " + format_address(stream) + " is reserved");
+  if (stream == block->stream) return Status();
   for (StreamId s : block->stream_uses) {
-    if (s == stream) return "";
+    if (s == stream) return Status();
   }
   block->stream_uses.push_back(stream);
-  return "";
+  return Status();
 }
 
 void Engine::release_locked(Block* block) {
@@ -248,21 +254,22 @@ void Engine::empty_cache() {
   after_op_locked();
 }
 
-std::string Engine::set_budget(std::size_t bytes) {
-  if (bytes == 0) return "budget must be positive";
+Status Engine::set_budget(std::size_t bytes) {
+  if (bytes == 0) return Status::invalid("budget must be positive");
   std::lock_guard<std::mutex> lock(mutex_);
   trace_.record(TraceAction::kSetBudget, 0, bytes, 0, 0);
   budget_ = bytes;
   if (static_cast<std::size_t>(pool_.stats().reserved_bytes[kAllPools].current) > budget_) {
     release_cached_locked();
   }
-  return "";
+  return Status();
 }
 
-std::string Engine::set_memory_fraction(double fraction) {
+Status Engine::set_memory_fraction(double fraction) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
-    return "memory fraction " + std::to_string(fraction) + " is out of range: expected a value "
-           "in (0, 1]";
+    return Status::invalid("memory fraction " + std::to_string(fraction) +
+                           " is out of range: expected a value "
+                           "in (0, 1]");
   }
   return set_budget(static_cast<std::size_t>(fraction * static_cast<double>(device_total_)));
 }

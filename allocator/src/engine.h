@@ -25,6 +25,7 @@
 #include "options.h"
 #include "pool.h"
 #include "rungs.h"
+#include "status.h"
 #include "swap.h"
 #include "trace.h"
 
@@ -41,25 +42,28 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Returns a block of at least `size` bytes usable on `stream`, or nullptr with *error
-  // set to a full out-of-memory report (the only way it fails). `stream` must not be
-  // kAnyStream (the C API checks). size 0 gets a unique minimum-size block, so
-  // every successful call returns a distinct pointer that must be freed.
-  void* malloc(std::size_t size, StreamId stream, std::string* error);
-  // Returns "" or an error naming the problem; never throws. `expected_size` is the size
-  // the caller believes it allocated (PyTorch passes it), or SIZE_MAX to skip the check.
-  // A pointer that fails a check is left untouched: leaking is safer than corrupting.
-  std::string free(void* ptr, std::size_t expected_size);
+  // Every operation that can fail returns a Status (status.h): ok, or a code and a
+  // message naming the problem and the fix. Nothing throws.
+  //
+  // *out: a block of at least `size` bytes usable on `stream`; on failure nullptr and
+  // kOutOfMemory with the full out-of-memory report. `stream` must not be kAnyStream (the
+  // C API checks). size 0 gets a unique minimum-size block, so every successful call
+  // returns a distinct pointer that must be freed.
+  Status malloc(std::size_t size, StreamId stream, void** out);
+  // `expected_size` is the size the caller believes it allocated (PyTorch passes it), or
+  // SIZE_MAX to skip the check. A pointer that fails a check is left untouched: leaking
+  // is safer than corrupting.
+  Status free(void* ptr, std::size_t expected_size);
   // The block at `ptr` is also used on `stream`: on free, it is not reused until work
   // enqueued on `stream` so far has completed.
-  std::string record_stream(void* ptr, StreamId stream);
+  Status record_stream(void* ptr, StreamId stream);
   // Releases every cached segment that holds no live block back to the device.
   void empty_cache();
 
   // Budget: a hard cap on reserved bytes. Lowering it below what is reserved releases
   // cached segments; live memory is never taken away.
-  std::string set_budget(std::size_t bytes);
-  std::string set_memory_fraction(double fraction);
+  Status set_budget(std::size_t bytes);
+  Status set_memory_fraction(double fraction);
   std::size_t budget() const;
 
   std::string stats_json();
@@ -116,8 +120,8 @@ class Engine {
   void set_evict_callback(EvictCallback callback, void* context);
   // Marks the block at `ptr` evictable under `handle` (0: not evictable) with the cost of
   // bringing it back; `touch` records a use (the logical clock ticks).
-  std::string set_evictable(void* ptr, std::uint64_t handle, double cost);
-  std::string touch(void* ptr);
+  Status set_evictable(void* ptr, std::uint64_t handle, double cost);
+  Status touch(void* ptr);
   // The handles of blocks their owner freed while still marked evictable, oldest first:
   // how the registry learns, without scanning its nodes, that a storage it tracks died.
   // Noted only while an evict callback is set. Takes up to `capacity` into out;
@@ -160,25 +164,23 @@ class Engine {
   static void set_thread_placement(std::uintptr_t addr);
 
   // --- swap (swap.h; swap.cpp) ---
-  // Outcomes of the swap calls besides "" / kSwapOk; the C API returns them as codes.
-  enum SwapStatus { kSwapOk = 0, kSwapBadArgument = 1, kSwapHostFull = 3, kSwapCopyFailed = 4 };
   // Allocates the host pool, once. Later calls leave the existing pool as it is.
-  std::string set_host_pool(std::size_t bytes);
-  // Starts copying the first `bytes` of the block at `ptr` into a new host slot, after
-  // the work enqueued on `compute` so far. The caller may free the block at once; the
-  // engine reuses it only after the copy. On failure *error says why and nothing changed.
-  int swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64_t* slot,
-               std::string* error);
+  Status set_host_pool(std::size_t bytes);
+  // Starts copying the first `bytes` of the block at `ptr` into a new host slot (*slot),
+  // after the work enqueued on `compute` so far. The caller may free the block at once;
+  // the engine reuses it only after the copy. On failure (kInvalid, kHostPoolFull,
+  // kCopyFailed) nothing changed.
+  Status swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64_t* slot);
   // Starts copying `slot` into the block at `ptr` (at least slot's size), after the work
   // enqueued on `compute` so far. The slot stays valid: it is a clean copy until released.
-  int swap_in(std::uint64_t slot, void* ptr, StreamId compute, std::string* error);
+  Status swap_in(std::uint64_t slot, void* ptr, StreamId compute);
   // Work enqueued on `compute` after this waits for slot's last swap-in (on the simulated
   // device's synchronous stream 0: this call blocks until it completed).
-  std::string swap_wait(std::uint64_t slot, StreamId compute);
+  Status swap_wait(std::uint64_t slot, StreamId compute);
   // Whether slot's copies have all completed (a prefetch that has arrived).
   bool swap_ready(std::uint64_t slot);
   // Gives the slot's host range back once its copies are done.
-  std::string swap_release(std::uint64_t slot);
+  Status swap_release(std::uint64_t slot);
   // The engine's copy streams (0 until the first swap); tests slow them down.
   StreamId swap_stream(bool to_host);
 
@@ -199,7 +201,7 @@ class Engine {
     PoolKind kind;
     SegmentClass cls;  // Notes [Lifetime classes] and [Evictable placement] in pool.h
     std::unique_lock<std::mutex>* lock;  // dropped by the rungs that call out
-    std::string* error;                  // set by a rung that refuses
+    Status* status;                      // set by a rung that refuses
     int round = 0;          // times the request was sent back to the bottom
     bool fenced = false;    // this round's fence rung waited for something
     int compactions = 0;
@@ -213,7 +215,7 @@ class Engine {
     kServed,       // c.block is already the request's (a stitched range)
     kAgain,        // room was made: climb again from the bottom
     kOutOfMemory,  // stop: report out of memory
-    kRefused,      // stop: *c.error says why
+    kRefused,      // stop: *c.status says why
   };
   static Climbed found(Climb& c, Block* block) {
     c.block = block;
@@ -230,7 +232,9 @@ class Engine {
   // Takes a found block (unless taken), traces the allocation and evicts proactively.
   void* hand_out_locked(Climb& c, bool taken);
   // The block a compaction round reserved for this thread (set_thread_placement).
-  void* take_placement_locked(std::size_t size, StreamId stream, std::string* error);
+  void* take_placement_locked(std::size_t size, StreamId stream, Status* status);
+  // malloc's climb up the ladder: the block, or nullptr with *status saying why.
+  void* climb(std::size_t size, StreamId stream, Status* status);
   // The class of a request of pool `kind` on this thread now (long-lived phase, the
   // thread's evictable scope).
   SegmentClass segment_class_locked(PoolKind kind) const;
@@ -331,13 +335,13 @@ class Engine {
   OomFigures oom_figures_locked(std::size_t size, std::size_t rounded, StreamId stream) const;
   std::string oom_report_locked(const OomFigures& figures) const;
   std::string snapshot_json_locked() const;
-  // Counts, traces and reports an OOM (*error, last_oom_json_, last_oom_info_json_);
+  // Counts, traces and reports an OOM (*status, last_oom_json_, last_oom_info_json_);
   // returns nullptr for malloc to return.
   void* fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
-                        std::string* error);
+                        Status* status);
   // fail_oom_locked, then the OOM callback with `lock` dropped; returns nullptr.
   void* out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size,
-                      std::size_t rounded, StreamId stream, std::string* error);
+                      std::size_t rounded, StreamId stream, Status* status);
 
   // --- events for record_stream ---
   struct PendingFree {
@@ -362,10 +366,10 @@ class Engine {
   // A marked block is being freed by its owner: noted for take_freed_marked().
   void note_freed_marked_locked(Block* block);
   // --- swap (swap.cpp) ---
-  bool ensure_swap_streams_locked(std::string* error);
+  Status ensure_swap_streams_locked();
   // Frees the host ranges of released slots whose copies are done (all of them with wait).
   void reap_slots_locked(bool wait);
-  SwapSlot* find_slot_locked(std::uint64_t slot, const char* what, std::string* error);
+  SwapSlot* find_slot_locked(std::uint64_t slot, const char* what, Status* status);
   // Work enqueued on `copy_stream` from now on starts after what `compute` has so far.
   bool order_after_locked(StreamId copy_stream, StreamId compute);
   // Records *event (acquired if 0) after the copy just enqueued on `copy_stream`; if it

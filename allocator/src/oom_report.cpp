@@ -14,11 +14,12 @@
 namespace pyalloc {
 
 void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
-                              std::string* error) {
+                              Status* status) {
   ++pool_.stats().num_ooms;
   trace_.record(TraceAction::kOom, 0, rounded, size, stream);
   const OomFigures f = oom_figures_locked(size, rounded, stream);
-  *error = oom_report_locked(f);
+  *status = Status(Status::kOutOfMemory, oom_report_locked(f));
+  const std::string& report = status->message();
   // The layout now, while it still holds what the request could not get past (a copy of
   // the pool as JSON: OOMs are rare, and the bisections that provoke many pay a few
   // microseconds per segment). The report goes in as a JSON string.
@@ -28,7 +29,7 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
   std::snprintf(head, sizeof head,
                 ",\"oom\":{\"size\":%zu,\"rounded\":%zu,\"stream\":%" PRIuPTR ",\"report\":\"",
                 size, rounded, stream);
-  last_oom_json_ = snapshot + head + json_escape(*error) + "\"}}";
+  last_oom_json_ = snapshot + head + json_escape(report) + "\"}}";
   // What an OOM callback receives (pyalloc.on_oom): the figures, and the report.
   char figures[640];
   std::snprintf(figures, sizeof figures,
@@ -41,14 +42,14 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
                 f.allocated, f.awaiting, f.frag.cached_free_bytes, f.frag.largest_free_block,
                 f.frag.external_fragmentation, f.evictable, f.evictable_blocks,
                 f.device.free_bytes, f.device.total_bytes);
-  last_oom_info_json_ = figures + json_escape(*error) + "\"}";
+  last_oom_info_json_ = figures + json_escape(report) + "\"}";
   after_op_locked();
   return nullptr;
 }
 
 void* Engine::out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size,
-                            std::size_t rounded, StreamId stream, std::string* error) {
-  fail_oom_locked(size, rounded, stream, error);
+                            std::size_t rounded, StreamId stream, Status* status) {
+  fail_oom_locked(size, rounded, stream, status);
   if (!oom_callback_) return nullptr;
   OomCallback callback = oom_callback_;
   void* context = oom_context_;

@@ -128,15 +128,21 @@ SegmentClass Engine::segment_class_locked(PoolKind kind) const {
   return t_evictable ? SegmentClass::kEvictable : SegmentClass::kShortLived;
 }
 
-void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
+Status Engine::malloc(std::size_t size, StreamId stream, void** out) {
+  Status status;
+  *out = climb(size, stream, &status);
+  return status;
+}
+
+void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
   std::unique_lock<std::mutex> lock(mutex_);
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
-  if (t_placement) return take_placement_locked(size, stream, error);
+  if (t_placement) return take_placement_locked(size, stream, status);
   if (size > kMaxRequest || rounded > budget_)
-    return out_of_memory(lock, size, rounded, stream, error);
+    return out_of_memory(lock, size, rounded, stream, status);
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
-  Climb c{size, rounded, stream, kind, segment_class_locked(kind), &lock, error};
+  Climb c{size, rounded, stream, kind, segment_class_locked(kind), &lock, status};
   for (;; ++c.round) {
     c.fenced = false;
     c.block = nullptr;
@@ -157,7 +163,8 @@ void* Engine::malloc(std::size_t size, StreamId stream, std::string* error) {
       case Climbed::kServed: return hand_out_locked(c, /*taken=*/true);
       case Climbed::kRefused: return nullptr;
       case Climbed::kPassed:
-      case Climbed::kOutOfMemory: return out_of_memory(lock, size, rounded, stream, error);
+      case Climbed::kOutOfMemory:
+        return out_of_memory(lock, size, rounded, stream, status);
     }
   }
 }
@@ -174,17 +181,18 @@ Engine::Climbed Engine::climb_locked(Rung rung, Climb& c) {
   return Climbed::kPassed;
 }
 
-void* Engine::take_placement_locked(std::size_t size, StreamId stream, std::string* error) {
+void* Engine::take_placement_locked(std::size_t size, StreamId stream, Status* status) {
   // A compaction round's destination (Note [Relocation] in engine.h): already taken from
   // the pool, held for this thread.
   const std::uintptr_t addr = t_placement;
   t_placement = 0;
   auto it = placements_.find(addr);
   if (it == placements_.end() || it->second->requested != size || it->second->stream != stream) {
-    *error = "pyalloc: no compaction destination of " + std::to_string(size) +
-             " bytes on this stream is reserved at " + format_address(addr) +
-             " (set_thread_placement must name a block of the relocate callback, once, "
-             "for an allocation of the moved storage's size)";
+    *status = Status::invalid(
+        "pyalloc: no compaction destination of " + std::to_string(size) +
+        " bytes on this stream is reserved at " + format_address(addr) +
+        " (set_thread_placement must name a block of the relocate callback, once, for an "
+        "allocation of the moved storage's size)");
     return nullptr;
   }
   Block* block = it->second;
@@ -317,8 +325,9 @@ Engine::Climbed Engine::rung_stitch_map_rest_locked(Climb& c) {
 
 Engine::Climbed Engine::rung_evict_locked(Climb& c) {
   if (!t_may_evict) {
-    *c.error = "pyalloc: no room for " + format_bytes(c.size) + " without evicting (this "
-               "thread may not evict: a prefetch)";
+    *c.status = Status(Status::kOutOfMemory, "pyalloc: no room for " + format_bytes(c.size) +
+                                                 " without evicting (this thread may not "
+                                                 "evict: a prefetch)");
     return Climbed::kRefused;
   }
   if (c.round >= kMaxEvictRounds) return Climbed::kOutOfMemory;
