@@ -18,7 +18,7 @@ import math
 import pytest
 import torch
 
-from conftest import run_in_subprocess
+from conftest import run_program
 from memory_patterns import KiB, MiB, SIZE_MAX, block_at
 from pyalloc import Engine, OutOfMemoryError, PyallocError, _lib
 from pyalloc.options import build_options
@@ -397,41 +397,8 @@ def test_stress_with_bad_arguments(make_engine):
 
 def test_pluggable_free_survives_bad_pointers_and_counts_them(tmp_path):
     err_file = tmp_path / "stderr.txt"
-    out = run_in_subprocess(f"""
-        import ctypes, json, os
-        # Capture what the library writes to fd 2 (run_in_subprocess returns only stdout).
-        fd = os.open({str(err_file)!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 2)
-        from pyalloc import Engine, _lib
-        lib = _lib.lib()
-        assert lib.pyalloc_install(b"host", b"budget:64MiB") == 0, _lib.last_error()
-        # pyalloc_malloc throws on failure (fatal through ctypes): only succeeding calls.
-        p = lib.pyalloc_malloc(4096, 0, None)
-        q = lib.pyalloc_malloc(1000, 0, None)
-        keep = lib.pyalloc_malloc(3 << 20, 0, None)
-        ctypes.memset(q, 0x33, 1000)
-        lib.pyalloc_free(0x1000, 16, 0, None)     # unknown pointer
-        lib.pyalloc_free(p, 4096, 0, None)        # fine
-        lib.pyalloc_free(p, 4096, 0, None)        # double free
-        lib.pyalloc_free(q, 999, 0, None)         # wrong size: q stays allocated
-        lib.pyalloc_free(q + 512, 1000, 0, None)  # interior pointer
-        lib.pyalloc_free(None, 0, 0, None)        # NULL: a no-op, as free(NULL)
-        lib.pyalloc_free(q, 1000, 7, None)        # a device pyalloc has no engine for
-        lib.pyalloc_free(q, 1000, -1, None)       # a device index out of range
-        engine = Engine._wrap(lib.pyalloc_installed_engine(0))
-        engine.check_invariants()
-        stats = engine.stats()
-        still = ctypes.string_at(q, 1000) == b"\\x33" * 1000
-        lib.pyalloc_free(q, 1000, 0, None)        # the right size frees it
-        lib.pyalloc_free(keep, 3 << 20, 0, None)
-        engine.check_invariants()
-        after = engine.stats()
-        print(json.dumps({{"invalid": stats["num_invalid_frees"],
-                          "allocated_then": stats["allocation.all.current"],
-                          "q_intact": still,
-                          "allocated_after": after["allocation.all.current"],
-                          "invalid_after": after["num_invalid_frees"]}}))
-    """)
+    out = run_program("pluggable_free_bad_pointers", "--stderr", err_file)
+
     result = json.loads(out.strip().splitlines()[-1])
     assert result == {"invalid": 4, "allocated_then": 2, "q_intact": True,
                       "allocated_after": 0, "invalid_after": 4}
@@ -448,19 +415,8 @@ def test_pluggable_free_survives_bad_pointers_and_counts_them(tmp_path):
 
 def test_pluggable_free_stops_repeating_its_warning(tmp_path):
     err_file = tmp_path / "stderr.txt"
-    run_in_subprocess(f"""
-        import os
-        fd = os.open({str(err_file)!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 2)
-        from pyalloc import Engine, _lib
-        lib = _lib.lib()
-        assert lib.pyalloc_install(b"host", b"budget:64MiB") == 0, _lib.last_error()
-        for i in range(1000):
-            lib.pyalloc_free(0x1000 + 512 * i, 16, 0, None)
-        engine = Engine._wrap(lib.pyalloc_installed_engine(0))
-        assert engine.stats()["num_invalid_frees"] == 1000
-        engine.check_invariants()
-    """)
+    run_program("pluggable_free_warning_limit", "--stderr", err_file)
+
     lines = err_file.read_text().splitlines()
     assert len([l for l in lines if "was not allocated by pyalloc" in l]) == 10
     assert any("further invalid frees are not shown" in l for l in lines)

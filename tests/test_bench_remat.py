@@ -10,21 +10,11 @@ import json
 
 import pytest
 
-from conftest import run_in_subprocess
-
-WORKER = """
-import json
-from pyalloc.bench.remat import Worker
-w = Worker("mlp", {config!r}, "cpu", 1024)
-if {config!r} == "floor":
-    print(json.dumps(w.floor(2 << 30)))
-else:
-    print(json.dumps({{str(b): w.trial(b, 1024, 3) is not None for b in {budgets!r}}}))
-"""
+from conftest import run_program, run_python
 
 
 def _worker(config: str, budgets=()) -> dict:
-    out = run_in_subprocess(WORKER.format(config=config, budgets=list(budgets)))
+    out = run_program("bench_remat_worker", "--config", config, "--budgets", *budgets)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -45,13 +35,10 @@ def test_no_strategy_trains_below_the_floor_and_the_best_trains_near_it():
 def test_skip_leaves_out_the_searches_and_keeps_the_step_times(tmp_path):
     """--skip, for a short GPU lease: no min-budget or max-batch search and no per-op
     figure, but the step times at 0.9 and 0.5 of the peak are still measured."""
-    run_in_subprocess(f"""
-        import sys
-        from pyalloc.bench import remat
-        sys.exit(remat.main(["--tasks", "mlp_small", "--configs", "baseline", "window",
-                             "--steps", "3", "--skip", "min-budget", "max-batch", "overhead",
-                             "--out", {str(tmp_path)!r}]))
-    """)
+    run_python("-m", "pyalloc.bench.remat", "--tasks", "mlp_small", "--configs", "baseline",
+               "window", "--steps", "3", "--skip", "min-budget", "max-batch", "overhead",
+               "--out", tmp_path)
+
     results = {r["config"]: r for r in json.loads((tmp_path / "bench_remat.json").read_text())["results"]}
     window = results["window"]
     assert "min_budget" not in window and "max_batch" not in window and window["overhead"] is None

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import pyalloc
-from conftest import run_in_subprocess
+from conftest import run_program
 from pyalloc import Engine, OutOfMemoryError, PyallocError
 
 KiB = 1 << 10
@@ -395,18 +395,8 @@ def test_the_registry_places_what_it_records_under_the_option(placement):
     # The registry says which allocations are evictable only when the engine would use it
     # (Registry::places_evictables): 256 KiB activations of a small MLP land in small
     # segments of the evictable class with the option, and in none without it.
-    out = run_in_subprocess(f"""
-        import torch, pyalloc
-        pyalloc.install(device="cpu", policy="recompute", evictable_placement="{placement}")
-        from pyalloc.bench.models import mlp
-        model = mlp(256, 4)
-        x = torch.randn(256, 256)
-        loss = model(x).square().mean()
-        kinds = {{s["evictable_class"] for s in pyalloc.snapshot()["segments"]
-                 if s["segment_type"] == "small"}}
-        loss.backward()
-        print("evictable segments", True in kinds)
-    """)
+    out = run_program("evictable_placement", "--placement", placement)
+
     assert f"evictable segments {placement == 'true'}" in out, out
 
 

@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from conftest import run_in_subprocess, train
+from conftest import run_program, train
 from pyalloc.bench.patterns import PATTERNS, checkerboard
 from pyalloc.replay import replay
 
@@ -119,43 +119,14 @@ def test_stitched_ranges_hold_data_across_map_and_unmap(make_engine):
         engine.free(ptr)
 
 
-RELOCATE = """
-import torch, pyalloc
-pyalloc.install(device="cpu", budget="2GiB", evict_strategy="dtr")
-engine = pyalloc._engine(None)
-x = torch.randn(1024, 1024, requires_grad=True)         # 4 MiB
-with pyalloc.recompute(min_bytes=0, host_pool={host_pool}) as reg:
-    a = x * 2
-    for _ in range(9):       # a chain too long to replay: recompute cannot evict it
-        a.add_(1)
-    view = a[100:200].t()
-    want, want_view = a.detach().clone(), view.detach().clone()
-    s = pyalloc.memory_stats()
-    engine.set_budget(int(s["reserved_bytes.all.current"]))
-    # More than the cached free bytes: it fits only if `a` leaves its place.
-    request = int(s["reserved_bytes.all.current"] - s["allocated_bytes.all.current"]) + (1 << 20)
-    try:
-        big = torch.empty(request, dtype=torch.uint8)
-        print("served")
-        del big
-    except torch.OutOfMemoryError:
-        print("oom")
-    print("moved", reg.stats().get("swap_outs", 0))
-    old = a.data_ptr()
-    print("intact", torch.equal(a, want) and torch.equal(view, want_view))
-    engine.set_budget(2 << 30)
-    pyalloc.check_invariants()
-"""
-
-
 @pytest.mark.slow
 def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
     # Compaction through host memory: under recompute with a host pool, a storage with no
     # lineage left is moved out of the way as a last resort (contents and views kept) and
     # comes back, wherever best fit puts it, on its next use. Without the pool: OOM.
-    without = run_in_subprocess(RELOCATE.format(host_pool=None))
+    without = run_program("relocate_through_host_pool")
     assert "oom" in without and "moved 0" in without and "intact True" in without
-    with_pool = run_in_subprocess(RELOCATE.format(host_pool=16 << 20))
+    with_pool = run_program("relocate_through_host_pool", "--host-pool", 16 << 20)
     assert "served" in with_pool and "moved 1" in with_pool and "intact True" in with_pool
 
 
@@ -203,36 +174,13 @@ def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_eng
         engine.free(ptr)
 
 
-
 @pytest.mark.slow
 def test_a_stitched_range_another_stream_used_is_unmapped_only_after_that_stream():
     # Stream 0 is synchronous on the simulated device, but a side stream recorded on the
     # block is not: freeing must wait for it before unmapping, or its write lands on an
     # unmapped range (a crash, so this runs in its own process).
-    out = run_in_subprocess("""
-        import ctypes
-        from pyalloc import Engine
-        engine = Engine("host", budget="40MiB", sim_capacity="256MiB")
-        side = engine.create_stream()
-        blocks = [engine.alloc(4 << 20) for _ in range(10)]
-        for ptr in blocks[1::2]:
-            engine.free(ptr)
-        big = engine.alloc(12 << 20)
-        pieces = engine.snapshot()["stitched"][0]["pieces"]
-        engine.record_stream(big, side)
-        engine.set_stream_delay(side, 200_000)
-        engine.fill_async(side, big, 12 << 20, 0xEE)
-        blocked = engine.blocked_ns()
-        engine.free(big)
-        assert engine.blocked_ns() > blocked            # it waited for the side stream
-        assert engine.stats()["retired_stitched_ranges"] == 0
-        for address, size in pieces:                     # the write landed, in the pieces
-            assert ctypes.string_at(address, size) == b"\\xee" * size
-        for ptr in blocks[0::2]:
-            engine.free(ptr)
-        engine.check_invariants()
-        print("ok")
-    """)
+    out = run_program("stitched_range_side_stream")
+
     assert out.startswith("ok")
 
 
@@ -393,63 +341,13 @@ def test_a_placement_that_was_not_reserved_is_refused_with_the_reason(make_engin
     assert engine.stats()["allocated_bytes.all.current"] == 0
 
 
-COMPACT = """
-import torch, pyalloc
-from torch.utils._python_dispatch import _disable_current_modes
-pyalloc.install(device="{device}", budget="2GiB", compact={compact})
-engine = pyalloc._engine(None)
-MiB = 1 << 20
-dev = "cuda" if "{device}" == "cuda" else "cpu"
-w = torch.randn(3 * MiB // 8, device=dev, requires_grad=True)   # 1.5 MiB
-pad = torch.empty(37 * MiB // 2, dtype=torch.uint8, device=dev)   # the rest of its segment
-with pyalloc.recompute(min_bytes=0) as reg:
-    parts = []
-    for i in range(13):
-        p = w * float(i)
-        for _ in range(9):    # a chain too long to replay: frozen, never evicted
-            p.add_(1)
-        parts.append(p)
-    keep = parts[0::2]
-    views = [p[10:20].view(2, 5).t() for p in keep]
-    with torch.no_grad():
-        want = [p.clone() for p in keep]
-        want_views = [v.clone() for v in views]
-    del parts, p
-    torch.zeros(1, device=dev) + 1    # an op: the registry lets go of the dead storages
-    fillers = []          # not registry nodes, so they stay put; only 1.5 MiB holes remain
-    with _disable_current_modes():
-        for seg in engine.snapshot()["segments"]:
-            for b in seg["blocks"]:
-                if b["state"] == "inactive" and b["size"] >= 2 * MiB:
-                    fillers.append(torch.empty(b["size"], dtype=torch.uint8, device=dev))
-    s = pyalloc.memory_stats()
-    engine.set_budget(int(s["reserved_bytes.all.current"]))
-    before = [p.data_ptr() for p in keep]
-    versions = [p._version for p in keep]
-    try:
-        big = torch.empty(4 * MiB, dtype=torch.uint8, device=dev)
-        print("served")
-    except torch.OutOfMemoryError:
-        print("oom")
-    s = pyalloc.memory_stats()
-    print("relocations", s["num_relocations"], reg.stats()["relocations"])
-    print("moved", sum(a != p.data_ptr() for a, p in zip(before, keep)))
-    print("intact", all(torch.equal(p, x) for p, x in zip(keep, want))
-          and all(torch.equal(v, x) for v, x in zip(views, want_views))
-          and all(v.data_ptr() == p.data_ptr() + 40 for v, p in zip(views, keep))
-          and [p._version for p in keep] == versions)
-    engine.set_budget(2 << 30)
-    pyalloc.check_invariants()
-"""
-
-
 def check_compaction_moves_frozen_storages(device: str) -> None:
-    """COMPACT on ``device``, with compaction on (the storage moves, intact) and off (OOM).
-    Shared with tests/test_gpu.py."""
-    moved = run_in_subprocess(COMPACT.format(compact=True, device=device))
+    """tests/programs/compaction.py on ``device``, with compaction on (the storage moves,
+    intact) and off (OOM). Shared with tests/test_gpu.py."""
+    moved = run_program("compaction", "--device", device, "--compact", "true")
     assert "served" in moved and "relocations 1 1" in moved and "moved 1" in moved, moved
     assert "intact True" in moved, moved
-    stays = run_in_subprocess(COMPACT.format(compact=False, device=device))
+    stays = run_program("compaction", "--device", device, "--compact", "false")
     assert "oom" in stays and "relocations 0 0" in stays and "intact True" in stays, stays
 
 
@@ -462,27 +360,11 @@ def test_compaction_moves_frozen_storages_with_their_contents_and_views():
     check_compaction_moves_frozen_storages("cpu")
 
 
-# Moves live storages in the middle of every training step: after the forward, with the
-# activations backward needs resident (some evicted, under a budget), it asks four times
-# for a run 1 MiB larger than the largest free block, which only moving storages can open.
-SHAKE = """
-from pyalloc.bench import models as _models
-_engine = pyalloc._engine(None)
-_moved = [0]
-_loss = _models.Task.loss
-def _shaken_loss(self, model, x, y):
-    out = _loss(self, model, x, y)
-    for _ in range(4):
-        snap = _engine.snapshot()
-        free = [b["size"] for seg in snap["segments"] if seg["segment_type"] == "large"
-                for b in seg["blocks"] if b["state"] == "inactive"]
-        _moved[0] += _engine.compact(max(free, default=0) + (1 << 20))
-    return out
-_models.Task.loss = _shaken_loss
-"""
-REPORT_MOVES = """
-print("moved", _moved[0], pyalloc.memory_stats()["num_relocations"])
-"""
+# train.py's --shake moves live storages in the middle of every training step: after the
+# forward, with the activations backward needs resident (some evicted, under a budget), it
+# asks four times for a run 1 MiB larger than the largest free block, which only moving
+# storages can open.
+SHAKE = ("--shake",)
 
 
 def _moved(run: dict) -> tuple:
@@ -499,7 +381,7 @@ def test_training_with_storages_moved_mid_step_is_bit_identical():
     # unconstrained run.
     free = train("inplace_mlp", "2GiB", steps=6, batch=1536)
     moved = train("inplace_mlp", int(1.5 * free["peak"]), steps=6, batch=1536,
-                  policy="recompute", setup=SHAKE, report=REPORT_MOVES)
+                  policy="recompute", flags=SHAKE)
     assert moved["record"] == free["record"]
     asked, relocations = _moved(moved)
     assert asked > 0 and relocations >= asked, moved["output"]
@@ -524,8 +406,7 @@ def test_storages_moved_mid_step_under_a_binding_budget_mix_with_evictions_bit_i
     mixed = []
     for fraction in (0.55, 0.6, 0.65, 0.7):
         run = train("inplace_mlp", int(fraction * free["peak"]), steps=6, batch=1536,
-                    policy="recompute", setup=SHAKE, report=REPORT_MOVES,
-                    lifetime_classes="false")
+                    policy="recompute", flags=SHAKE, lifetime_classes="false")
         assert run["record"] == free["record"], fraction
         asked, relocations = _moved(run)
         assert relocations >= asked, run["output"]
@@ -535,21 +416,7 @@ def test_storages_moved_mid_step_under_a_binding_budget_mix_with_evictions_bit_i
 
 
 def test_compact_on_demand_moves_nothing_when_it_need_not_or_may_not():
-    out = run_in_subprocess("""
-import pyalloc
-from pyalloc import Engine
-e = Engine("host", budget="64MiB")
-p = e.alloc(4 << 20)
-print("no callbacks", e.compact(30 << 20))      # nothing can move without a registry
-print("fits", e.compact(1 << 20))               # a free block holds it already
-for bad in (0, -1, 2 ** 70, "1MiB"):
-    try:
-        e.compact(bad)
-    except (ValueError, TypeError) as err:
-        print("refused", type(err).__name__)
-e.free(p)
-e.check_invariants()
-""")
+    out = run_program("compact_on_demand")
     assert "no callbacks 0" in out and "fits 0" in out, out
     assert out.count("refused") == 4, out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_unit, train
+from conftest import run_program, train
 from memory_patterns import KiB, MiB, segment_of
 from pyalloc import files
 from pyalloc.replay import replay
@@ -112,62 +112,8 @@ def test_the_phase_is_traced_and_the_replay_places_blocks_as_the_live_run_did(ma
 
 @pytest.mark.slow
 def test_install_marks_model_construction_and_optimizer_steps_long_lived(tmp_path):
-    run_unit(f"""
-        from memory_patterns import segment_of
-        from pyalloc import files, lifetime
-        assert lifetime.is_long_lived(), "the model is built after install()"
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                    torch.nn.Linear(64, 1))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        seen = []
-        opt.register_step_pre_hook(lambda *args: seen.append(lifetime.is_long_lived()))
-        x = torch.randn(32, 64)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = model(x).square().mean()
-            assert not lifetime.is_long_lived(), "forward is short-lived"
-            loss.backward()
-            assert not lifetime.is_long_lived(), "backward is short-lived"
-            opt.step()
-            assert not lifetime.is_long_lived(), "the phase after a step is short-lived"
-
-        step()
-        with pyalloc.record_trace({str(tmp_path / 'step.json.gz')!r}):
-            step()
-        assert seen == [True, True]
-
-        # Parameters (made while the model was built) and momentum (made in the first
-        # step) are in long-lived segments.
-        for p in model.parameters():
-            assert segment_of(engine, p.data_ptr())["long_lived"]
-            assert segment_of(engine, opt.state[p]["momentum_buffer"].data_ptr())["long_lived"]
-
-        trace = files.load({str(tmp_path / 'step.json.gz')!r})
-        action, size = trace["columns"].index("action"), trace["columns"].index("size")
-        assert [e[size] for e in trace["events"] if e[action] == "lifetime"] == [0, 1, 0]
-
-        with pyalloc.long_lived():
-            assert lifetime.is_long_lived()
-            with pyalloc.long_lived():
-                pass
-            assert lifetime.is_long_lived(), "an inner block leaves the outer one long-lived"
-            opt.step()
-            assert lifetime.is_long_lived(), "a step inside the block leaves it long-lived"
-        assert not lifetime.is_long_lived()
-
-        # A step that raised (here: a hook of its own, before pyalloc's) leaves the phase
-        # long-lived until the next step ends, not for good.
-        def failing(optimizer, args, kwargs):
-            raise RuntimeError("boom")
-        handle = opt.register_step_post_hook(failing)
-        with pytest.raises(RuntimeError, match="boom"):
-            opt.step()
-        assert lifetime.is_long_lived()
-        handle.remove()
-        opt.step()
-        assert not lifetime.is_long_lived()
-    """)
+    out = run_program("lifetime_phases", "--trace", tmp_path / "step.json.gz")
+    assert out.strip().endswith("ok")
 
 
 @pytest.mark.slow
@@ -180,7 +126,7 @@ def test_training_is_bit_identical_with_lifetime_classes_on_and_off():
 @pytest.mark.slow
 def test_adam_foreach_trains_identically_with_lifetime_classes_on_and_off():
     # foreach: its temporaries are made inside step(), so they are long-lived requests.
-    adam = "torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)"
-    on = train("transformer", "2GiB", steps=3, batch=8, optimizer=adam)
-    off = train("transformer", "2GiB", steps=3, batch=8, optimizer=adam, lifetime_classes="false")
+    on = train("transformer", "2GiB", steps=3, batch=8, optimizer="adam-foreach")
+    off = train("transformer", "2GiB", steps=3, batch=8, optimizer="adam-foreach",
+                lifetime_classes="false")
     assert on["record"] == off["record"] and len(on["record"]) == 4

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from conftest import run_in_subprocess
+from conftest import run_program
 from pyalloc import Engine, OutOfMemoryError, files, record_trace
 from pyalloc.stats_cli import (analyze_snapshot, analyze_trace, block_histogram, key_figures,
                                main, trace_timeline)
@@ -881,13 +881,7 @@ def test_python_dash_m_runs_the_cli(tmp_path):
 
 
 def test_watch_reads_what_a_real_process_published(capsys):
-    pid = int(run_in_subprocess("""
-        import os, pyalloc
-        pyalloc.install(device="cpu", budget="64MiB", stats_file="auto")
-        import torch
-        x = torch.empty(3 << 20, dtype=torch.uint8)
-        print(os.getpid())
-    """, timeout=120).split()[-1])
+    pid = int(run_program("publish_stats_once", timeout=120).split()[-1])
     path = stats_path_for_pid(pid)
     try:
         code, out, err = run_cli(capsys, "watch", str(pid), "--once")

@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from conftest import run_in_subprocess
+from conftest import run_program
 from memory_patterns import KiB, MiB, pattern_mismatch, write_pattern
 from pyalloc import OutOfMemoryError
 
@@ -69,13 +69,7 @@ def test_native_stress_small_blocks_and_max_split_size(make_engine, stress_ops):
 def test_stress_with_the_check_invariants_option():
     """With check_invariants:true the engine checks itself after every operation and
     aborts on a violation, so this runs in its own process."""
-    run_in_subprocess("""
-        from pyalloc import Engine
-        engine = Engine("host", budget="32MiB", sim_capacity="64MiB", check_invariants=True)
-        engine.stress(threads=4, ops=20_000, seed=5, max_size=8 << 20, check_every=0)
-        engine.empty_cache()
-        engine.close()
-    """)
+    run_program("stress_check_invariants")
 
 
 def test_python_threads_through_the_ctypes_api(make_engine, stress_ops):

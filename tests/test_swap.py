@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from conftest import run_in_subprocess, run_unit, train
+from conftest import run_program, run_unit, train
 from pyalloc import Engine, PyallocError
 from pyalloc.errors import HostPoolFullError, SwapCopyError
 
@@ -246,25 +246,17 @@ def test_trains_bit_identically_at_35_percent_of_peak(task, policy):
         assert tight["chose_swap"] + tight["chose_recompute"] > 0, tight
 
 
-SLOW_COPIES = """
-engine = pyalloc._engine(None)
-for to_host in (True, False):
-    engine.set_stream_delay(engine.swap_stream(to_host), {delay_us})
-from pyalloc import registry
-registry.active().calibrate_copies()   # hybrid sees the slow copy engine
-"""
-
-
 @pytest.mark.slow
 def test_a_slow_copy_engine_changes_nothing_and_steers_hybrid_to_recompute():
     free = train("cnn", "2GiB", steps=5)
     budget = int(0.35 * free["peak"])
+    # The copy engine slowed (both swap streams), and the registry told to measure it again.
     swap = train("cnn", budget, steps=5, policy="swap", prefetch=0,
-                 setup=SLOW_COPIES.format(delay_us=1000))
+                 flags=("--copy-delay-us", "1000"))
     assert swap["record"] == free["record"]
     assert swap["swap_outs"] > 0 and swap["prefetches"] == 0, swap
     hybrid = train("cnn", budget, steps=5, policy="hybrid",
-                   setup=SLOW_COPIES.format(delay_us=100_000))
+                   flags=("--copy-delay-us", "100000"))
     assert hybrid["record"] == free["record"]
     # From the second iteration on, a copy of 300 ms (three 100 ms tasks) cannot hide in
     # the gaps of this model, whose whole step takes a fraction of that.
@@ -284,73 +276,20 @@ def test_refused_copies_during_training_change_nothing():
     free = train("transformer", "2GiB", steps=4)
     # Copies fail now and then (every 7th): swap-outs fall back to recompute, swap-ins of
     # tensors with lineage recompute them.
-    setup = """
-engine = pyalloc._engine(None)
-import threading
-def _fail():
-    import time
-    while True:
-        engine.fail_copies(1)
-        time.sleep(0.02)
-threading.Thread(target=_fail, daemon=True).start()
-"""
-    tight = train("transformer", int(0.35 * free["peak"]), steps=4, policy="swap", setup=setup)
+    tight = train("transformer", int(0.35 * free["peak"]), steps=4, policy="swap",
+                  flags=("--refuse-copies",))
     assert tight["record"] == free["record"]
     assert tight["swap_failures"] > 0, tight
 
 
 @pytest.mark.slow
 def test_a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing():
-    run_unit("""
-        x = torch.randn(512, 512, requires_grad=True)
-        with pyalloc.recompute(min_bytes=0, policy="swap", prefetch=0) as reg:
-            a = x * 2
-            for _ in range(9):       # a chain too long to replay: no lineage, swap only
-                a.add_(1)
-            node = reg.node_of(a)
-            assert node.frozen
-            want = a.detach().clone()
-            assert reg.evict([node.handle]) == 1 and node.evicted and node.clean
-            engine.fail_copies(1)
-            # Raised inside an op, through the dispatcher: a RuntimeError naming the cause.
-            with pytest.raises(RuntimeError, match="no lineage to recompute it from"):
-                a + 0
-            assert node.evicted       # still out, and its host copy still there
-            assert torch.equal(a, want)
-            # With lineage, a refused swap-in recomputes instead.
-            b = x.exp()
-            want_b = b.detach().clone()
-            node_b = reg.node_of(b)
-            assert reg.evict([node_b.handle]) == 1 and node_b.clean
-            engine.fail_copies(1)
-            assert torch.equal(b, want_b) and reg.recomputes == 1
-    """)
+    run_unit("swap_units",
+             "a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing")
 
 
 def test_a_full_host_pool_without_lineage_to_fall_back_on_is_an_oom_naming_the_pool():
-    out = run_in_subprocess("""
-import torch, pyalloc
-pyalloc.install(device="cpu", budget="2GiB", evict_strategy="dtr")
-engine = pyalloc._engine(None)
-x = torch.randn(1024, 1024, requires_grad=True)         # 4 MiB
-with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20) as reg:
-    a = x * 2
-    for _ in range(9):       # no lineage: only a swap could evict it, and the pool is 1 MiB
-        a.add_(1)
-    want = a.detach().clone()
-    s = pyalloc.memory_stats()
-    engine.set_budget(int(s["reserved_bytes.all.current"]))
-    # More than the cached free bytes: it fits only if `a` goes.
-    request = int(s["reserved_bytes.all.current"] - s["allocated_bytes.all.current"]) + (1 << 20)
-    try:
-        torch.empty(request, dtype=torch.uint8)
-        print("no error")
-    except torch.OutOfMemoryError as e:
-        print("oom:", str(e).replace(chr(10), " "))
-    print("intact", torch.equal(a, want))
-    print("refused", pyalloc.memory_stats()["num_host_pool_full"])
-    engine.set_budget(2 << 30)
-""")
+    out = run_program("host_pool_full_oom")
     assert "oom: pyalloc: out of memory" in out
     assert "host pool 0 B used of 1.00 MiB" in out
     assert "intact True" in out and "refused 1" in out
@@ -358,21 +297,9 @@ with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20) as reg:
 
 @pytest.mark.slow
 def test_bad_policy_arguments_name_the_problem():
-    run_unit("""
-        with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):
-            with pyalloc.recompute(policy="offload"):
-                pass
-        with pytest.raises(ValueError, match="prefetch"):
-            with pyalloc.recompute(policy="swap", prefetch=-1):
-                pass
-    """)
-    out = run_in_subprocess("""
-import pyalloc
-for bad in (dict(policy="swapp"), dict(host_pool="lots"), dict(prefetch="-2")):
-    try:
-        pyalloc.install(device="cpu", **bad)
-    except ValueError as e:
-        print(e)
-""")
+    run_unit("swap_units", "bad_policy_arguments_name_the_problem")
+
+    out = run_program("install_bad_options", '{"policy": "swapp"}', '{"host_pool": "lots"}',
+                      '{"prefetch": "-2"}')
     assert "none, recompute, swap, hybrid" in out
     assert "'host_pool'" in out and "'prefetch'" in out

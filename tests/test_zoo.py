@@ -28,7 +28,7 @@ import importlib.util
 
 import pytest
 
-from conftest import run_in_subprocess, train
+from conftest import run_program, train
 from pyalloc.bench.zoo import ZOO
 
 STEPS = 3
@@ -39,23 +39,14 @@ _hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
 TASKS = [pytest.param(name, marks=_hf) if name.startswith("zoo_hf_") else name
          for name in ZOO]
 
-# Run after the unconstrained training (conftest's TRAIN `report`): the bytes no policy can
-# evict, each storage once (the GRU's and LSTM's head shares the embedding's weight), and
-# the peak of allocated bytes.
-STATIC = """
-_bytes = {}
-for _t in (list(model.parameters()) + list(model.buffers())
-           + [_p.grad for _p in model.parameters() if _p.grad is not None]
-           + [_v for _s in opt.state.values() for _v in _s.values() if isinstance(_v, torch.Tensor)]
-           + [x, y]):
-    _bytes[_t.untyped_storage().data_ptr()] = _t.untyped_storage().nbytes()
-print("static_bytes", sum(_bytes.values()))
-print("allocated_peak", pyalloc.memory_stats()["allocated_bytes.all.peak"])
-"""
+# After the unconstrained training, train.py reports the bytes no policy can evict, each
+# storage once (the GRU's and LSTM's head shares the embedding's weight), and the peak of
+# allocated bytes.
+STATIC = ("--report-static-bytes",)
 
 
 def unconstrained(task: str) -> dict:
-    return train(task, "2GiB", steps=STEPS, report=STATIC)
+    return train(task, "2GiB", steps=STEPS, flags=STATIC)
 
 
 def printed(run: dict, name: str) -> int:
@@ -68,17 +59,8 @@ def counters(run: dict) -> dict:
 
 
 def test_every_zoo_task_is_a_task_and_the_zoo_imports_without_transformers():
-    out = run_in_subprocess("""
-        import sys
-        sys.modules["transformers"] = None          # as if it were not installed
-        import pyalloc.bench.zoo                          # imported first, before pyalloc.bench.models
-        from pyalloc.bench.models import TASKS
-        assert set(pyalloc.bench.zoo.ZOO) <= set(TASKS) and len(pyalloc.bench.zoo.ZOO) >= 9
-        try:
-            TASKS["zoo_hf_gpt2"].build()
-        except RuntimeError as e:
-            print("error:", e)
-    """)
+    out = run_program("zoo_without_transformers")
+
     assert "error: " in out and "pip install transformers" in out
 
 

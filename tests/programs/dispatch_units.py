@@ -1,0 +1,143 @@
+"""Unit checks of the registry's per-op path (registry/src/dispatch.cpp) under PyTorch.
+
+tests/test_dispatch.py runs each in a fresh interpreter, as
+``python tests/programs/dispatch_units.py CHECK`` (see unit_harness.py: pyalloc installed
+on the simulated device, ``ok`` printed at the end).
+"""
+from __future__ import annotations
+
+import torch
+
+import pyalloc
+from unit_harness import main
+
+
+def composite_ops_are_seen_through_to_their_pieces() -> None:
+    x = torch.randn(512, 256, requires_grad=True)
+    lin = torch.nn.Linear(256, 256)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        h = torch.nn.functional.dropout(lin(x), 0.5)
+        keys = {n.key for n in reg.nodes.values()}
+        assert h.untyped_storage()._cdata in keys          # the output of the pieces
+        assert len(reg.nodes) == 3, reg.nodes              # addmm, the mask, the product
+        # addmm's output is gone already (dropout's backward does not save it): a dead
+        # node, kept as the product's lineage. The mask and the product can be evicted.
+        assert sum(n.dead for n in reg.nodes.values()) == 1
+        want = h.detach().clone()
+        assert reg.evict(list(reg.nodes)) == 2
+        assert torch.equal(h, want)                        # the mask replays bit for bit
+        h.sum().backward()
+
+
+def autocast_casts_are_nodes() -> None:
+    a = torch.randn(512, 512, requires_grad=True)
+    b = torch.randn(512, 512, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            c = a @ b
+        assert c.dtype == torch.bfloat16
+        sizes = sorted(n.nbytes for n in reg.nodes.values())
+        # Two casts of 512x512 to bf16 (the matmul saves them for backward) and the product.
+        assert sizes.count(512 * 512 * 2) >= 3, sizes
+        want = c.detach().clone()
+        reg.evict(list(reg.nodes))
+        assert torch.equal(c, want)
+        c.float().sum().backward()
+
+
+def backward_ops_pass_through_the_registry_and_restore_what_they_read() -> None:
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y = (x * 1.5).exp()                 # exp saves its output for backward
+        reg.evict(list(reg.nodes))
+        assert y.untyped_storage().nbytes() == 0
+        ops = reg.ops
+        y.sum().backward()                  # exp's backward reads the evicted output
+        assert reg.ops > ops and reg.recomputes >= 1
+        assert torch.allclose(x.grad, 1.5 * (x * 1.5).exp())
+        reg.check_invariants()
+
+
+def python_numbers_replay_as_numbers() -> None:
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        h = (x.half() * 2.5) + 1
+        assert h.dtype == torch.float16
+        want = h.detach().clone()
+        reg.evict(list(reg.nodes))
+        assert torch.equal(h, want) and h.dtype == torch.float16
+
+
+def every_activation_of_a_forward_pass_is_a_node() -> None:
+    from pyalloc.bench.models import TASKS
+
+    engine = pyalloc._engine(None)
+    task = TASKS["transformer"]
+    model = task.build()
+    x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
+    with pyalloc.recompute() as reg:
+        before = {b["address"] for s in engine.snapshot()["segments"] for b in s["blocks"]
+                  if b["state"] == "active_allocated"}
+        loss = task.loss(model, x, y)
+        nodes = {n.data for n in reg.nodes.values() if n.data}
+        made = [(b["address"], b["size"]) for s in engine.snapshot()["segments"]
+                for b in s["blocks"]
+                if b["state"] == "active_allocated" and b["address"] not in before
+                and b["size"] >= 64 << 10]
+        left = [size for address, size in made if address not in nodes]
+        assert made and not left, (len(made), left)
+        loss.backward()
+
+
+def an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state() -> None:
+    x = torch.randn(256, 256, requires_grad=True)
+    w = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y = (x @ w).exp()
+        reg.evict(list(reg.nodes))
+        reg.interrupt()
+        try:
+            y.sum().backward()               # exp's backward must recompute y first
+            raise AssertionError("not interrupted")
+        except RuntimeError as e:
+            assert "pyalloc: interrupted" in str(e), e
+        assert x.grad is None and w.grad is None
+        y.sum().backward()                   # once only: the same backward now trains
+        assert torch.allclose(x.grad, (x @ w).exp() @ w.T)
+        reg.interrupt()
+        reg.interrupt(False)                 # withdrawn before any op took it
+        (x * 2).sum()
+        reg.check_invariants()
+
+
+def a_benchmark_time_limit_stops_a_backward_running_in_cpp() -> None:
+    from pyalloc.bench.suite import TooSlow, time_limit
+
+    ws = [torch.randn(1024, 1024, requires_grad=True) for _ in range(60)]
+    with pyalloc.recompute() as reg:
+        h = torch.randn(1024, 1024)
+        for w in ws:
+            h = (h @ w).tanh()               # backward: two matmuls a layer
+        loss = h.sum()
+        try:
+            with time_limit(0.5):
+                loss.backward()
+            raise AssertionError("not stopped")
+        except TooSlow as e:
+            # Raised from the interrupt, or by SIGALRM's handler while Python unwound it.
+            chain = e.__cause__ or e.__context__
+            assert "pyalloc: interrupted" in str(chain), repr(chain)
+        x = torch.randn(8, requires_grad=True)
+        (x * 2).sum().backward()             # no interrupt left behind
+        assert torch.equal(x.grad, torch.full_like(x, 2.0))
+        reg.check_invariants()
+
+
+if __name__ == "__main__":
+    main([composite_ops_are_seen_through_to_their_pieces,
+          autocast_casts_are_nodes,
+          backward_ops_pass_through_the_registry_and_restore_what_they_read,
+          python_numbers_replay_as_numbers,
+          every_activation_of_a_forward_pass_is_a_node,
+          an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state,
+          a_benchmark_time_limit_stops_a_backward_running_in_cpp])

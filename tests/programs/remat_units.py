@@ -1,0 +1,264 @@
+"""Unit checks of rematerialization (pyalloc.registry) under PyTorch: evict, recompute, compare.
+
+tests/test_remat.py runs each in a fresh interpreter, as
+``python tests/programs/remat_units.py CHECK`` (see unit_harness.py: pyalloc installed on
+the simulated device, ``ok`` printed at the end); the test of the same name says why.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pyalloc
+from unit_harness import main
+
+
+def random_ops_replay_bit_for_bit() -> None:
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y = torch.nn.functional.dropout(x, 0.5) * 3      # empty_like, bernoulli_, div_, mul
+        z = torch.rand_like(x) + x                      # a random creation
+        want_y, want_z = y.detach().clone(), z.detach().clone()
+        assert reg.evict(list(reg.nodes)) > 0
+        assert y.untyped_storage().nbytes() == 0        # really evicted
+        torch.randn(10)                                 # moves the generator on
+        assert torch.equal(y, want_y) and torch.equal(z, want_z)
+        assert reg.recomputes >= 2
+
+
+def readers_of_an_earlier_version_stay_recomputable() -> None:
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        a = x * 2
+        b = a + 1                       # recorded from a at version 0
+        want = b.detach().clone()
+        reg.evict([reg.node_of(b).handle])
+        with torch.no_grad():
+            a.mul_(3)                   # extends a's chain: b keeps its lineage
+        want_a = a.detach().clone()
+        assert not reg.node_of(b).frozen and reg.node_of(b).evicted
+        assert torch.equal(b, want)     # a at version 0 rebuilt apart from a
+        reg.evict(list(reg.nodes))
+        assert torch.equal(a, want_a) and torch.equal(b, want)
+        assert not reg.node_of(b).frozen and not reg.node_of(a).frozen
+        # A write the chain cannot follow (two storages at once) settles b first:
+        # restored while a's first step can still be replayed, then frozen.
+        c = x * 7
+        reg.evict(list(reg.nodes))
+        with torch.no_grad():
+            torch._foreach_add_([a, c], 1)
+        node_b = reg.node_of(b)
+        assert node_b.frozen and not node_b.evicted
+        assert torch.equal(b, want)
+        assert torch.equal(a, want_a + 1)
+        a2 = x * 5
+        a2.relu_()                      # an in-place chain on a fresh storage
+        a2.add_(1)
+        want2 = a2.detach().clone()
+        reg.evict(list(reg.nodes))
+        assert torch.equal(a2, want2)
+
+
+def what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(256, 256, requires_grad=True)
+    w = torch.randn(256, 256, requires_grad=True)
+    plain = torch.randn(256, 256)
+
+    def step(evict):
+        x.grad = w.grad = None
+        with pyalloc.recompute(min_bytes=0) as reg:
+            a = x * 2
+            a.mul_(w)                   # extends a's chain; saves a at version 0
+            b = plain.clone()           # not a node: its write cannot be followed
+            b.mul_(w)
+            saved = reg.node_of(a.grad_fn._saved_self)
+            not_saved = reg.node_of(b.grad_fn._saved_self)
+            if evict:
+                reg.evict(list(reg.nodes))
+                assert saved.evicted
+            ((a * a).sum() + b.sum()).backward()
+            stats = reg.stats()
+        return saved, not_saved, [x.grad.clone(), w.grad.clone()], stats
+
+    saved, not_saved, want, _ = step(False)
+    assert saved is not None and not_saved is None
+    saved, _, got, stats = step(True)
+    assert stats["recomputes"] > 0, stats
+    assert all(torch.equal(g, h) for g, h in zip(want, got))
+
+
+def gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind() -> None:
+    torch.manual_seed(0)
+    lin1, lin2, lin3 = (torch.nn.Linear(256, 256) for _ in range(3))
+    params = [p for m in (lin1, lin2, lin3) for p in m.parameters()]
+    x = torch.randn(512, 256)
+
+    def loss_of(reg=None):
+        h = lin1(x)
+        y = h + lin2(torch.relu(h))
+        if reg is not None:           # evict everything once h's gradient is summed
+            h.register_hook(lambda g: (reg.evict(list(reg.nodes)), None)[1])
+        return lin3(torch.tanh(y)).square().mean()
+
+    loss_of().backward()
+    want = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    with pyalloc.recompute(min_bytes=0) as reg:
+        for step in range(3):
+            loss_of(reg).backward()
+            assert all(torch.equal(p.grad, w) for p, w in zip(params, want)), step
+            # Frozen: only the gradients the program keeps, once each pass ends.
+            assert reg.recomputes > 0 and reg.frozen == len(params) * (step + 1), reg.frozen
+            assert len(reg.nodes) == 0, len(reg.nodes)
+            for p in params:
+                p.grad = None
+
+
+def parameters_inputs_and_gradients_are_never_evicted() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 1))
+    x = torch.randn(512, 256)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        loss = model(x).sum()
+        reg.evict(list(reg.nodes))
+        for t in [x, *model.parameters()]:
+            assert t.untyped_storage().nbytes() > 0
+        loss.backward()
+        reg.evict(list(reg.nodes))
+        for p in model.parameters():
+            assert p.grad.untyped_storage().nbytes() > 0
+        assert all(n.key not in {p.untyped_storage()._cdata for p in model.parameters()}
+                   for n in reg.nodes.values())
+
+
+def backward_model():
+    """A small MLP with dropout, its input, and ``step(evict_in_backward, fail=False)``: a
+    training step under ``recompute(min_bytes=0)`` whose hook, inside backward, may evict
+    everything or raise; returns (gradients, what the hook saw, the registry's stats, the
+    node of each kept gradient)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.2), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    x = torch.randn(512, 256)
+
+    def step(evict_in_backward, fail=False):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        seen = {}
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = model[:3](x)
+
+            def hook(grad):          # runs inside backward, between two of its ops
+                node = reg.node_of(grad)
+                seen["gradient is a node"] = node is not None and node.chain > 0
+                if evict_in_backward:
+                    reg.evict(list(reg.nodes))
+                    seen["evicted"] = node.evicted
+                if fail:
+                    raise RuntimeError("stop")
+                return grad
+
+            h.register_hook(hook)
+            loss = torch.nn.functional.log_softmax(model[3:](h), 1).mean()
+            loss.backward()
+            stats = reg.stats()
+            kept = [reg.node_of(p.grad) for p in model.parameters()]
+        return [p.grad.clone() for p in model.parameters()], seen, stats, kept
+
+    return model, x, step
+
+
+def what_backward_creates_is_evicted_and_recomputed_bit_for_bit() -> None:
+    model, _, step = backward_model()
+    want, seen, free_stats, _ = step(False)
+    assert seen == {"gradient is a node": True}
+    got, seen, stats, kept = step(True)
+    assert seen == {"gradient is a node": True, "evicted": True}, seen
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert stats["backward_nodes"] > 0 and stats["recomputes"] > 0, stats
+    # What the program keeps from backward (.grad) is its own again: resident, no node.
+    assert kept == [None] * len(kept), kept
+    assert stats["backward_kept"] > 0 and free_stats["backward_kept"] > 0, stats
+    assert all(p.grad.untyped_storage().nbytes() > 0 for p in model.parameters())
+
+
+def a_backward_that_raises_leaves_no_backward_nodes_behind() -> None:
+    _, x, step = backward_model()
+    want, _, _, _ = step(False)
+    with pytest.raises(RuntimeError, match="stop"):
+        step(True, fail=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        (x * 2).sum()                     # the first op outside a backward settles it
+        alive = [n for n in reg.nodes.values() if not n.dead and n.chain > 0]
+        assert not alive, [n.op for n in alive]
+    pyalloc.check_invariants()
+    got, _, _, kept = step(True)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert kept == [None] * len(kept)
+
+
+def autograd_grad_results_are_the_programs() -> None:
+    x = torch.randn(512, 256, requires_grad=True)
+    w = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y = (x @ w).relu()
+        gx, gw = torch.autograd.grad(y.square().sum(), (x, w))
+        assert reg.node_of(gx) is None and reg.node_of(gw) is None
+        reg.evict(list(reg.nodes))
+        assert gx.untyped_storage().nbytes() > 0
+    y = (x @ w).relu()
+    want = torch.autograd.grad(y.square().sum(), (x, w))
+    assert torch.equal(gx, want[0]) and torch.equal(gw, want[1])
+
+
+def views_follow_their_storage() -> None:
+    x = torch.randn(64, 128, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y = torch.tanh(x)
+        v = y.t()[3:9]                  # a view: same storage
+        want = v.detach().clone()
+        reg.evict(list(reg.nodes))
+        assert v.untyped_storage().nbytes() == 0
+        assert torch.equal(v, want)     # reading the view restores the whole storage
+        assert torch.equal(y[:, 3:9].t(), want)
+
+
+def bad_recompute_arguments_name_the_problem() -> None:
+    from pyalloc import registry
+
+    with pytest.raises(ValueError, match="cost must be"):
+        with pyalloc.recompute(cost="flops"):
+            pass
+    with pytest.raises(ValueError, match="min_bytes"):
+        with pyalloc.recompute(min_bytes=-1):
+            pass
+    registry.enable()
+    with pytest.raises(RuntimeError, match="already on"):
+        registry.enable()
+    registry.disable()
+
+
+def modifying_a_saved_tensor_in_place_is_still_an_error() -> None:
+    x = torch.randn(300, 300, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0):
+        y = x.exp()                     # exp saves its output
+        y.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+if __name__ == "__main__":
+    main([random_ops_replay_bit_for_bit,
+          readers_of_an_earlier_version_stay_recomputable,
+          what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit,
+          gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
+          parameters_inputs_and_gradients_are_never_evicted,
+          what_backward_creates_is_evicted_and_recomputed_bit_for_bit,
+          a_backward_that_raises_leaves_no_backward_nodes_behind,
+          autograd_grad_results_are_the_programs,
+          views_follow_their_storage,
+          bad_recompute_arguments_name_the_problem,
+          modifying_a_saved_tensor_in_place_is_still_an_error])

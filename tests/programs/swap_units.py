@@ -1,0 +1,53 @@
+"""Unit checks of the swap policy (allocator/src/swap.cpp, pyalloc.registry) under PyTorch.
+
+tests/test_swap.py runs each in a fresh interpreter, as
+``python tests/programs/swap_units.py CHECK`` (see unit_harness.py: pyalloc installed on
+the simulated device, ``ok`` printed at the end); the test of the same name says why.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pyalloc
+from unit_harness import main
+
+
+def a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing() -> None:
+    engine = pyalloc._engine(None)
+    x = torch.randn(512, 512, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0, policy="swap", prefetch=0) as reg:
+        a = x * 2
+        for _ in range(9):       # a chain too long to replay: no lineage, swap only
+            a.add_(1)
+        node = reg.node_of(a)
+        assert node.frozen
+        want = a.detach().clone()
+        assert reg.evict([node.handle]) == 1 and node.evicted and node.clean
+        engine.fail_copies(1)
+        # Raised inside an op, through the dispatcher: a RuntimeError naming the cause.
+        with pytest.raises(RuntimeError, match="no lineage to recompute it from"):
+            a + 0
+        assert node.evicted       # still out, and its host copy still there
+        assert torch.equal(a, want)
+        # With lineage, a refused swap-in recomputes instead.
+        b = x.exp()
+        want_b = b.detach().clone()
+        node_b = reg.node_of(b)
+        assert reg.evict([node_b.handle]) == 1 and node_b.clean
+        engine.fail_copies(1)
+        assert torch.equal(b, want_b) and reg.recomputes == 1
+
+
+def bad_policy_arguments_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):
+        with pyalloc.recompute(policy="offload"):
+            pass
+    with pytest.raises(ValueError, match="prefetch"):
+        with pyalloc.recompute(policy="swap", prefetch=-1):
+            pass
+
+
+if __name__ == "__main__":
+    main([a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing,
+          bad_policy_arguments_name_the_problem])
