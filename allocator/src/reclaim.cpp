@@ -188,7 +188,10 @@ void* Engine::take_placement_locked(std::size_t size, StreamId stream, Status* s
   t_placement = 0;
   auto it = placements_.find(addr);
   if (it == placements_.end() || it->second->requested != size || it->second->stream != stream) {
-    *status = Status::invalid(
+    // Reported as out of memory, as every failed allocation is: the caller (the registry's
+    // relocation, through PyTorch) handles that, and the message says what went wrong.
+    *status = Status(
+        Status::kOutOfMemory,
         "pyalloc: no compaction destination of " + std::to_string(size) +
         " bytes on this stream is reserved at " + format_address(addr) +
         " (set_thread_placement must name a block of the relocate callback, once, for an "
