@@ -206,7 +206,7 @@ def test_a_benchmark_time_limit_stops_a_backward_running_in_cpp():
     # the limit's watchdog interrupts the registry, and the error it raises becomes
     # TooSlow (the exception chain tells the two ways apart).
     run_unit("""
-        from pyalloc.bench.suite import TooSlow, time_limit
+        from pyalloc.bench.trial import TooSlow, time_limit
         ws = [torch.randn(1024, 1024, requires_grad=True) for _ in range(60)]
         with pyalloc.recompute() as reg:
             h = torch.randn(1024, 1024)
