@@ -93,7 +93,7 @@ def train(run: Run, steps: int, image: int, device: torch.device, label: str,
     ``snapshot``: where to save the engine's layout at the end, while the model is alive."""
     from tqdm import tqdm
 
-    from pyalloc.bench.suite import TooSlow, time_limit as limit
+    from pyalloc.bench.trial import TooSlow, time_limit as limit
 
     torch.manual_seed(0)
     model = residual_cnn().to(device)

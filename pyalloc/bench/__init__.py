@@ -8,6 +8,9 @@ it must match your torch).
 * :mod:`~pyalloc.bench.tasks` (a model and its seeded data), :mod:`~pyalloc.bench.models`
   (the suite's models and every task, ``TASKS``), :mod:`~pyalloc.bench.zoo` (the shapes
   users bring), :mod:`~pyalloc.bench.patterns` (seeded allocation patterns);
+* :mod:`~pyalloc.bench.trial`, the training loop every benchmark runs: timed steps, and a
+  trial under a budget that reports running out of memory or thrashing and leaves the
+  model trainable;
 * the benchmarks, each a program (``python -m pyalloc.bench.NAME``, or
   ``tools/NAME.py``): :mod:`~pyalloc.bench.suite` (``pyalloc-bench``, head to head),
   :mod:`~pyalloc.bench.remat`, :mod:`~pyalloc.bench.swap`, :mod:`~pyalloc.bench.frag`,

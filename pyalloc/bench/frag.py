@@ -99,33 +99,16 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
+import torch
 
 from pyalloc.bench import native_model
 from pyalloc.bench.results import write_results
 from pyalloc import files
 from pyalloc.bench.patterns import PATTERNS
+from pyalloc.bench.trial import Training, run_steps, run_trial, task_training
 from pyalloc.replay import replay
-
-RECORD = """
-import torch, pyalloc
-pyalloc.install(device={device!r}, budget={budget!r}, **{extra!r})
-from pyalloc.bench.models import TASKS
-task = TASKS[{task!r}]
-torch.manual_seed(0)
-dev = "cuda" if {device!r} == "cuda" else "cpu"
-model = task.build().to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x, y = task.batch({batch!r} or task.default_batch, torch.Generator().manual_seed(1))
-x, y = x.to(dev), y.to(dev)
-with pyalloc.record_trace({path!r}):
-    for _ in range(3):
-        opt.zero_grad(set_to_none=True)
-        task.loss(model, x, y).backward()
-        opt.step()
-"""
-
 
 CHUNK = 2 << 20   # the mapping granularity: budgets are whole chunks
 
@@ -190,48 +173,67 @@ def tightest_budget(run: Callable[[int], Any], peak: int, most: float = 1.5) -> 
     return None
 
 
-# Three steps of a task, with one of OPTIMIZERS (below), in a fresh process under a budget
-# and options: whether it trained, its last loss (bit for bit) and the allocator's figures.
-# Used by the compaction runs and the lifetime-class runs.
-TRIAL = """
-import json, torch, pyalloc
-pyalloc.install(device={device!r}, budget={budget!r}, **{options!r})
-from pyalloc.bench.models import TASKS
-torch.manual_seed(0)
-dev = "cuda" if {device!r} == "cuda" else "cpu"
-task = TASKS[{task!r}]
-model = task.build().to(dev)
-opt = {optimizer}
-x, y = task.batch({batch!r} or task.default_batch, torch.Generator().manual_seed(1))
-x, y = x.to(dev), y.to(dev)
-loss, trained = None, True
-try:
-    for _ in range(3):
-        opt.zero_grad(set_to_none=True)
-        loss = task.loss(model, x, y)
-        loss.backward()
-        opt.step()
-except torch.OutOfMemoryError:
-    trained = False
-s = pyalloc.memory_stats()
-print("RESULT " + json.dumps({{"trained": trained,
-    "loss": loss.item().hex() if trained else None, "peak": s["reserved_bytes.all.peak"],
-    "peak_allocated": s["allocated_bytes.all.peak"],
-    "compactions": s["num_compactions"], "relocations": s["num_relocations"],
-    "relocated": s["num_relocated_bytes"], "evictions": s["num_evictions"]}}))
-"""
+# The optimizers the training runs use, over the model's parameters.
+OPTIMIZERS: Dict[str, Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "SGD": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+    "Adam (foreach)": lambda params: torch.optim.Adam(params, lr=1e-3, foreach=True)}
+STEPS = 3   # of every recorded and trained run
 
 
-# The optimizers the training runs use (Python source, over `model`).
-OPTIMIZERS = {"SGD": "torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)",
-              "Adam (foreach)": "torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)"}
+def installed_training(job: Dict[str, Any]) -> Training:
+    """Installs pyalloc as ``job`` says (device, budget, options), then builds its task's
+    model, optimizer and batch: the start of a worker process (install() is once per
+    process, and the parameters must be made after it, in the pool)."""
+    import pyalloc
+
+    pyalloc.install(device=job["device"], budget=job["budget"], **job["options"])
+    from pyalloc.bench.models import TASKS
+
+    torch.manual_seed(0)
+    dev = "cuda" if job["device"] == "cuda" else "cpu"
+    task = TASKS[job["task"]]
+    model = task.build().to(dev)
+    optimizer = OPTIMIZERS[job.get("optimizer", "SGD")](model.parameters())
+    return task_training(task, model, optimizer, job["batch"] or task.default_batch, dev)
+
+
+def record_worker(job: Dict[str, Any]) -> None:
+    """Trains ``job``'s task STEPS steps, recording the trace into ``job["path"]``."""
+    import pyalloc
+
+    training = installed_training(job)
+    with pyalloc.record_trace(job["path"]):
+        run_steps(training, STEPS)
+
+
+def trial_worker(job: Dict[str, Any]) -> Dict[str, Any]:
+    """Trains ``job``'s task STEPS steps: whether it trained, its last loss (bit for bit)
+    and the allocator's figures. Used by the compaction runs and the training runs."""
+    import pyalloc
+
+    training = installed_training(job)
+    last: List[float] = []
+
+    def read_last_loss(index: int, loss: torch.Tensor) -> None:
+        if index == STEPS - 1:   # a scalar, read once: no allocation, nothing recomputed
+            last.append(loss.item())
+
+    result = run_trial(training, STEPS, check_finite=False, clear_after=False,
+                       after_step=read_last_loss)
+    s = pyalloc.memory_stats()
+    return {"trained": result.trained, "loss": last[0].hex() if result.trained else None,
+            "peak": s["reserved_bytes.all.peak"], "peak_allocated": s["allocated_bytes.all.peak"],
+            "compactions": s["num_compactions"], "relocations": s["num_relocations"],
+            "relocated": s["num_relocated_bytes"], "evictions": s["num_evictions"]}
 
 
 def trial(task: str, device: str, budget: Any, options: Dict[str, Any],
           batch: Optional[int] = None, optimizer: str = "SGD") -> Dict[str, Any]:
-    code = TRIAL.format(task=task, device=device, budget=budget, options=options, batch=batch,
-                        optimizer=OPTIMIZERS[optimizer])
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    """:func:`trial_worker` in a process of its own."""
+    job = {"task": task, "device": device, "budget": budget, "options": options,
+           "batch": batch, "optimizer": optimizer}
+    proc = subprocess.run([sys.executable, "-m", "pyalloc.bench.frag", "--trial", json.dumps(job)],
+                          capture_output=True, text=True)
     found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if not found:
         raise RuntimeError(f"training trial failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
@@ -380,8 +382,9 @@ def record_model(task: str, directory: Path, device: str = "cpu", batch: Optiona
     path = directory / f"{task}.json.gz"
     extra = {"sim_capacity": sim_capacity} if device == "cpu" and sim_capacity else {}
     budget = "90%" if device == "cuda" else (sim_capacity or "2GiB")
-    subprocess.run([sys.executable, "-c", RECORD.format(task=task, path=str(path), device=device,
-                                                        budget=budget, batch=batch, extra=extra)],
+    job = {"task": task, "device": device, "budget": budget, "options": extra, "batch": batch,
+           "path": str(path)}
+    subprocess.run([sys.executable, "-m", "pyalloc.bench.frag", "--record", json.dumps(job)],
                    check=True)
     return files.load(path)
 
@@ -595,10 +598,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "native allocator with and without expandable_segments")
     p.add_argument("--worker", choices=list(GPU_CONFIGS), help=argparse.SUPPRESS)
     p.add_argument("--jobs", help=argparse.SUPPRESS)
+    p.add_argument("--record", metavar="JOB", help=argparse.SUPPRESS)   # record_worker's
+    p.add_argument("--trial", metavar="JOB", help=argparse.SUPPRESS)    # trial_worker's
     args = p.parse_args(argv)
     started = time.time()
     if args.worker:
         print("RESULT " + json.dumps(gpu_worker(args.worker, args.jobs)), flush=True)
+        return 0
+    if args.record:
+        record_worker(json.loads(args.record))
+        return 0
+    if args.trial:
+        print("RESULT " + json.dumps(trial_worker(json.loads(args.trial))), flush=True)
         return 0
     if args.device == "cuda":
         return gpu_main(args, started, argv)

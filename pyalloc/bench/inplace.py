@@ -19,61 +19,74 @@ Writes ``bench_inplace.json`` and ``bench_inplace.md`` into ``--out`` and prints
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
+import torch
 
 from pyalloc.bench.results import write_results
+from pyalloc.bench.trial import run_steps, task_training
 
-WORKER = """
-import json, statistics, time, torch, pyalloc
-pyalloc.install(device="cpu", budget="2GiB", inplace_update={mode})
-from pyalloc.bench.models import TASKS
-task = TASKS[{task!r}]
-torch.manual_seed(0)
-model = task.build()
-opt = {optimizer}
-x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
-engine = pyalloc._engine(None)
-allocs, nbytes, largest, times = [], [], [], []
-for step in range(8):
-    start = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    task.loss(model, x, y).backward()
-    engine.trace_start()
-    opt.step()
-    events = [e for e in engine.trace_stop()["events"] if e[1] == "alloc"]
-    times.append(time.perf_counter() - start)
-    allocs.append(len(events))
-    nbytes.append(sum(e[3] for e in events))
-    largest.append(max([e[3] for e in events], default=0))
-s = pyalloc.memory_stats()
-kinds = {{}}
-for seg in pyalloc.snapshot()["segments"]:
-    kinds[seg["segment_type"]] = kinds.get(seg["segment_type"], 0) + seg["total_size"]
-print(json.dumps({{"step_allocs": statistics.median(allocs[2:]),
-                  "step_bytes": statistics.median(nbytes[2:]),
-                  "largest": max(largest[2:]),
-                  "peak_reserved": s["reserved_bytes.all.peak"],
-                  "utilization": s["utilization"],
-                  "segments": kinds,
-                  "step_ms": 1e3 * statistics.median(times[2:])}}))
-"""
+STEPS = 8
+SETTLED = 2   # the first steps allocate the optimizer's state: the figures are from the third
 
-OPTIMIZERS = {
-    "sgd": "torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)",
-    "adam": "torch.optim.Adam(model.parameters(), lr=1e-3)",
+OPTIMIZERS: Dict[str, Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
 }
 
 
+def worker(task_name: str, optimizer: str, mode: bool) -> Dict[str, Any]:
+    """One (model, optimizer, mode) in this process: install() is once per process."""
+    import pyalloc
+
+    pyalloc.install(device="cpu", budget="2GiB", inplace_update=mode)
+    from pyalloc.bench.models import TASKS
+
+    task = TASKS[task_name]
+    torch.manual_seed(0)
+    model = task.build()
+    training = task_training(task, model, OPTIMIZERS[optimizer](model.parameters()),
+                             task.default_batch, "cpu")
+    engine = pyalloc._engine(None)
+    allocs: List[int] = []
+    nbytes: List[int] = []
+    largest: List[int] = []
+
+    @contextlib.contextmanager
+    def step_allocations() -> Iterator[None]:
+        """What ``optimizer.step()`` allocates, from the engine's trace."""
+        engine.trace_start()
+        yield
+        events = [e for e in engine.trace_stop()["events"] if e[1] == "alloc"]
+        allocs.append(len(events))
+        nbytes.append(sum(e[3] for e in events))
+        largest.append(max([e[3] for e in events], default=0))
+
+    steps = run_steps(training, STEPS, warmup=SETTLED, around_optimizer_step=step_allocations)
+    s = pyalloc.memory_stats()
+    kinds: Dict[str, int] = {}
+    for seg in pyalloc.snapshot()["segments"]:
+        kinds[seg["segment_type"]] = kinds.get(seg["segment_type"], 0) + seg["total_size"]
+    return {"step_allocs": statistics.median(allocs[SETTLED:]),
+            "step_bytes": statistics.median(nbytes[SETTLED:]),
+            "largest": max(largest[SETTLED:]),
+            "peak_reserved": s["reserved_bytes.all.peak"],
+            "utilization": s["utilization"],
+            "segments": kinds,
+            "step_ms": 1e3 * steps.step_s}
+
+
 def run(task: str, optimizer: str, mode: bool) -> Dict[str, Any]:
-    code = WORKER.format(task=task, optimizer=OPTIMIZERS[optimizer], mode=mode)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    """:func:`worker` in a process of its own."""
+    out = subprocess.run([sys.executable, "-m", "pyalloc.bench.inplace", "--worker",
+                          json.dumps([task, optimizer, mode])],
+                         capture_output=True, text=True, check=True)
     return {"task": task, "optimizer": optimizer, "inplace_update": mode,
             **json.loads(out.stdout.strip().splitlines()[-1])}
 
@@ -96,7 +109,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tasks", nargs="+", default=["mlp", "cnn", "transformer"])
     p.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
     p.add_argument("--out", default=".", help="where bench_inplace.json and .md go")
+    p.add_argument("--worker", metavar="JOB", help=argparse.SUPPRESS)   # [task, optimizer, mode]
     args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(*json.loads(args.worker))))
+        return 0
     started = time.time()
     rows = [run(task, opt, mode) for task in args.tasks for opt in args.optimizers
             for mode in (False, True)]

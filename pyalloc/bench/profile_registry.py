@@ -20,8 +20,6 @@ import cProfile
 import io
 import pstats
 import sys
-import time
-from pathlib import Path
 
 
 ENGINE_KEYS = ("num_sync_all_streams", "num_segment_maps", "num_segment_unmaps", "num_stitches",
@@ -51,28 +49,21 @@ def main() -> int:
     pyalloc.install(device=args.device, policy=args.policy, **options)
     from pyalloc import registry
     from pyalloc.bench.models import TASKS
+    from pyalloc.bench.trial import device_sync, run_steps, task_training
 
     dev = "cuda" if args.device == "cuda" else "cpu"
     task = TASKS[args.task]
     torch.manual_seed(0)
     model = task.build().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = task.batch(task.default_batch, torch.Generator().manual_seed(1))
-    x, y = x.to(dev), y.to(dev)
+    training = task_training(task, model, opt, task.default_batch, dev)
     engine = pyalloc._engine(None)
     reg = registry.active()
+    sync = device_sync(dev)
 
     def steps(n: int) -> float:
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(n):
-            opt.zero_grad(set_to_none=True)
-            task.loss(model, x, y).backward()
-            opt.step()
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter() - start) / n
+        """The mean step time of ``n`` steps run back to back, as training runs them."""
+        return run_steps(training, n, sync=sync, sync_every_step=False).mean_s
 
     steps(2)
     ops0 = reg.ops

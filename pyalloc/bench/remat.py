@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 
-from pyalloc.bench.suite import TooSlow, largest_batch, time_limit
+from pyalloc.bench.suite import largest_batch
+from pyalloc.bench.trial import Training, device_sync, run_steps, run_trial, task_training
 
 STRATEGIES = ("dtr", "dte", "window")
 CONFIGS = ("baseline", "checkpoint") + STRATEGIES + ("floor",)
@@ -107,16 +108,13 @@ class Worker:
         self.model.zero_grad(set_to_none=True)
         return self.model
 
-    def sync(self) -> None:
-        if self.dev == "cuda":
-            self.torch.cuda.synchronize()
-
     time_limit = 60.0   # seconds per trial; set from the unconstrained step time
+    last_failure: Optional[str] = None   # why the last trial did not train (trial.OUT_OF_MEMORY...)
 
     def trial(self, budget: int, batch: int, steps: int, warmup: int = 0) -> Optional[Dict[str, Any]]:
         """Trains ``steps`` steps under ``budget``; None when it runs out of memory or
         thrashes (takes longer than ``time_limit``, about 10x the unconstrained steps)."""
-        torch, engine = self.torch, self.engine
+        engine = self.engine
         gc.collect()
         self.pyalloc.empty_cache()
         engine.set_budget(budget)
@@ -125,45 +123,20 @@ class Worker:
         reg = self.registry.active()
         ops0 = reg.ops if reg else 0
         rc0 = reg.recomputes if reg else 0
-        model = opt = x = y = loss = None
-        times: List[float] = []
-        settled = before
-        try:
-            with time_limit(self.time_limit * min(2.0, batch / self.batch)):
-                model = self._model()
-                opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-                x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
-                x, y = x.to(self.dev), y.to(self.dev)
-                for step in range(steps):
-                    if step == warmup:
-                        settled = engine.stats()   # the pool's shape is settled from here on
-                    self.sync()
-                    start = time.perf_counter()
-                    opt.zero_grad(set_to_none=True)
-                    loss = self.task.loss(model, x, y)
-                    loss.backward()
-                    opt.step()
-                    self.sync()
-                    times.append(time.perf_counter() - start)
-                ok = bool(torch.isfinite(loss).item())
-        except (torch.OutOfMemoryError, TooSlow):
-            ok = False
-        except RuntimeError as e:
-            # load_state_dict wraps an out-of-memory error in a RuntimeError of its own
-            # (building the trial's model under a budget the last failed trial left
-            # partly held: see docs/design.md, "After an out-of-memory error").
-            if "out of memory" not in str(e):
-                raise
-            ok = False
-        finally:
-            del model, opt, x, y, loss
-            if getattr(self, "model", None) is not None:   # a failed trial leaves gradients
-                self.model.zero_grad(set_to_none=True)
-            gc.collect()
-        if not ok:
+        settled = [before]   # from the end of the warm-up: the pool's shape is settled
+
+        def setup() -> Training:
+            model = self._model()
+            opt = self.torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            return task_training(self.task, model, opt, batch, self.dev)
+
+        result = run_trial(setup, steps, warmup=warmup, sync=device_sync(self.dev),
+                           limit_s=self.time_limit * min(2.0, batch / self.batch),
+                           on_warm=lambda: settled.append(engine.stats()))
+        self.last_failure = result.failure
+        if not result.trained:
             return None
-        after = engine.stats()
-        timed = times[warmup:] or times
+        after, settled = engine.stats(), settled[-1]
         settled_steps = max(1, steps - warmup)
         return {
             # after the warm-up steps: what the policy costs in steady state
@@ -172,7 +145,7 @@ class Worker:
             "maps_per_step": (after["num_segment_maps"] + after["num_segment_unmaps"]
                               - settled["num_segment_maps"] - settled["num_segment_unmaps"])
             / settled_steps,
-            "step_s": statistics.median(timed),
+            "step_s": result.step_s,
             "peak_reserved": after["reserved_bytes.all.peak"],
             "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
             "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
@@ -202,18 +175,12 @@ class Worker:
         ratios: List[float] = []
         model = self._model()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        xb, yb = self.task.batch(self.batch, torch.Generator().manual_seed(1))
-        xb, yb = xb.to(self.dev), yb.to(self.dev)
+        training = task_training(self.task, model, opt, self.batch, self.dev)
         self.engine.set_budget(capacity)
+        sync = device_sync(self.dev)
 
         def step() -> float:
-            self.sync()
-            start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            self.task.loss(model, xb, yb).backward()
-            opt.step()
-            self.sync()
-            return time.perf_counter() - start
+            return run_steps(training, 1, sync=sync).seconds[0]
 
         for _ in range(3):
             step()
@@ -223,20 +190,20 @@ class Worker:
             off_s = without_registry(step)
             ratios.append(step() / off_s)
         ops = (reg.ops - ops0) / step_pairs
-        del model, opt, xb, yb
+        del model, opt, training
         self.model.zero_grad(set_to_none=True)
         gc.collect()
 
         x = torch.randn(16384, device=self.dev, requires_grad=True)   # 64 KiB: recorded
 
         def chain() -> float:
-            self.sync()
+            sync()
             start = time.perf_counter()
             y = x
             for _ in range(100):
                 y = y * 1.0001
             y.sum().backward()
-            self.sync()
+            sync()
             return time.perf_counter() - start
 
         from torch.utils._python_dispatch import TorchDispatchMode

@@ -42,18 +42,16 @@ partial JSON is rewritten after every worker, so an interrupted run keeps what i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
-import signal
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
+
+from pyalloc.bench.trial import Training, device_sync, run_trial, task_training
 
 CONFIGS = ("stock", "expandable", "checkpoint", "recompute", "swap", "hybrid")
 CUDA_ONLY = ("expandable",)            # a setting of PyTorch's CUDA allocator
@@ -138,54 +136,6 @@ def repeated_largest_batch(trains: Callable[[int], bool], again: Callable[[int],
 
 
 # --- worker: one configuration, in its own process ---------------------------------------------
-class TooSlow(Exception):
-    """A trial thrashed past its time limit: counted as not training at that setting."""
-
-
-def _too_slow(signum, frame):
-    raise TooSlow()
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raises :class:`TooSlow` in the block once ``seconds`` have passed. Python code is
-    stopped by SIGALRM, repeated each second (one raised inside pyalloc's eviction callback
-    is contained there: nothing may cross into C++). An op that recomputes in C++ (backward
-    does not return to Python, so no signal handler runs) is stopped by the registry's
-    :meth:`~pyalloc.registry.Registry.interrupt`, sent by a watchdog thread each second
-    from then on; the error it raises becomes TooSlow."""
-    from pyalloc import registry
-
-    done = threading.Event()
-
-    def watchdog() -> None:
-        if done.wait(seconds):
-            return
-        while not done.is_set():
-            reg = registry.active()
-            if reg is not None:
-                reg.interrupt()
-            done.wait(1.0)
-
-    thread = threading.Thread(target=watchdog, name="pyalloc-time-limit", daemon=True)
-    signal.signal(signal.SIGALRM, _too_slow)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
-    thread.start()
-    try:
-        yield
-    except RuntimeError as e:
-        if "pyalloc: interrupted" in str(e):
-            raise TooSlow() from e
-        raise
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        done.set()
-        thread.join()
-        reg = registry.active()
-        if reg is not None:
-            reg.interrupt(False)   # one the block ended before taking
-
-
 class PyallocMemory:
     """The budget and the figures through pyalloc's engine (any configuration on the
     simulated device; the pyalloc policies on a GPU)."""
@@ -280,51 +230,28 @@ class Trainer:
         from pyalloc.bench.results import sim_device_name
         return sim_device_name()
 
-    def sync(self) -> None:
-        if self.dev == "cuda":
-            self.torch.cuda.synchronize()
-
     def trial(self, budget: int, batch: int, steps: int, timed_from: int = 1
               ) -> Optional[Dict[str, Any]]:
         """Trains ``steps`` steps of ``batch`` under ``budget``: the figures, or None when it
         runs out of memory, thrashes past ``time_limit`` or the loss is not finite."""
-        torch = self.torch
         gc.collect()
         self.memory.reset()
         self.memory.cap(budget)
         before = self.memory.counters()
-        opt = x = y = loss = None
-        times: List[float] = []
-        try:
-            with time_limit(self.time_limit(batch, steps)):
-                self.model.load_state_dict(self.initial)
-                self.model.zero_grad(set_to_none=True)
-                opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-                x, y = self.task.batch(batch, torch.Generator().manual_seed(1))
-                x, y = x.to(self.dev), y.to(self.dev)
-                for _ in range(steps):
-                    self.sync()
-                    start = time.perf_counter()
-                    opt.zero_grad(set_to_none=True)
-                    loss = self.task.loss(self.model, x, y)
-                    loss.backward()
-                    opt.step()
-                    self.sync()
-                    times.append(time.perf_counter() - start)
-                ok = bool(torch.isfinite(loss).item())
-                self.last_failure = None if ok else "non-finite loss"
-        except torch.OutOfMemoryError:
-            ok, self.last_failure = False, "out of memory"
-        except TooSlow:
-            ok, self.last_failure = False, "thrash limit"
-        finally:
-            del opt, x, y, loss
-            self.model.zero_grad(set_to_none=True)   # a failed trial leaves gradients
-            gc.collect()
-        if not ok:
+
+        def setup() -> Training:
+            self.model.load_state_dict(self.initial)
+            self.model.zero_grad(set_to_none=True)
+            opt = self.torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+            return task_training(self.task, self.model, opt, batch, self.dev)
+
+        result = run_trial(setup, steps, warmup=timed_from, sync=device_sync(self.dev),
+                           limit_s=self.time_limit(batch, steps))
+        self.last_failure = result.failure
+        if not result.trained:
             return None
         after = self.memory.counters()
-        step_s = statistics.median(times[timed_from:] or times)
+        step_s = result.step_s
         peaks = self.memory.peaks()
         return {"batch": batch, "steps": steps, "step_s": step_s,
                 "samples_per_s": batch / step_s, **peaks,

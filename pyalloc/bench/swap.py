@@ -273,15 +273,12 @@ def step_worker(args: argparse.Namespace) -> Dict[str, Any]:
         out.update(fraction=args.fraction, peak=args.peak)
     out["budget"] = budget
     before = w.counters()
-    start = time.perf_counter()
     result = w.trial(budget, args.batch, args.steps, warmup=_warmup(args.steps))
-    elapsed = time.perf_counter() - start
     after = w.counters()
     out["result"] = result
     out["counters"] = {key: after[key] - before[key] for key in COUNTERS}
-    if result is None:   # Worker.trial folds both (and a non-finite loss) into None; the
-        # clock tells them apart
-        out["failed"] = "thrash limit" if elapsed >= w.time_limit else "out of memory"
+    if result is None:
+        out["failed"] = w.last_failure
     elif args.policy == "none":
         out["peak"] = result["peak_reserved"]
     return out

@@ -111,7 +111,7 @@ def an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state() ->
 
 
 def a_benchmark_time_limit_stops_a_backward_running_in_cpp() -> None:
-    from pyalloc.bench.suite import TooSlow, time_limit
+    from pyalloc.bench.trial import TooSlow, time_limit
 
     ws = [torch.randn(1024, 1024, requires_grad=True) for _ in range(60)]
     with pyalloc.recompute() as reg:
