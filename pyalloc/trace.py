@@ -17,7 +17,10 @@ from .memory import stats_of
 from .engine import Engine
 from .errors import PyallocError
 
-_TORCH_DIRS = (os.path.dirname(os.path.dirname(__file__)),)  # filled lazily with torch's
+# pyalloc's own frames are skipped when tagging an op with the user's line (torch's are
+# added where torch is imported). The package folder itself, with its separator: its parent
+# is site-packages, or the checkout of an editable install, where user code lives too.
+_TORCH_DIRS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
 
 # Each engine has one event ring: the recorder using it, by engine handle.

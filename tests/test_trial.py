@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from conftest import run_in_subprocess
+from conftest import run_python
 from pyalloc.bench import trial
 from pyalloc.bench.trial import (NON_FINITE_LOSS, OUT_OF_MEMORY, THRASH_LIMIT, Training,
                                  run_steps, run_trial)
@@ -238,5 +238,5 @@ def pyalloc_runs_out_of_memory() -> None:
 
 @pytest.mark.slow
 def test_pyalloc_running_out_of_memory_fails_the_trial_and_the_model_trains_after():
-    out = run_in_subprocess("import test_trial; test_trial.pyalloc_runs_out_of_memory()")
+    out = run_python("-c", "import test_trial; test_trial.pyalloc_runs_out_of_memory()")
     assert out.strip().endswith("ok")
