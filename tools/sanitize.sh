@@ -23,7 +23,9 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DPYALLOC_SANITIZE=ON -DPYALLOC_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 lib="$build/libpyalloc.so"
-if ! nm -D "$lib" | grep -q __asan_init; then
+# grep reads all of nm's output (not -q): under pipefail an early exit would fail nm with
+# SIGPIPE, and the check with it.
+if ! nm -D "$lib" | grep __asan_init >/dev/null; then
   echo "sanitize.sh: $lib is not instrumented (no __asan_init)" >&2
   exit 1
 fi
