@@ -14,7 +14,9 @@ from conftest import run_program, run_python
 
 
 def _worker(config: str, budgets=()) -> dict:
-    out = run_program("bench_remat_worker", "--config", config, "--budgets", *budgets)
+    # The floor search trains the MLP many times: minutes on two cores, more when loaded.
+    out = run_program("bench_remat_worker", "--config", config, "--budgets", *budgets,
+                      timeout=1800)
     return json.loads(out.strip().splitlines()[-1])
 
 
