@@ -94,30 +94,52 @@ _SIGNATURES = {
 }
 
 
+def _build(root: Path, build_dir: Path, name: str) -> Path:
+    """Compiles the library into ``build_dir`` unless a finished build is there already;
+    returns the library's file.
+
+    Processes that start together (a test suite, the ranks of a job) build it once: the
+    first takes an flock, the others wait on it and then find the build finished. flock,
+    not torch's lock file, is what guards it, because the kernel lets go of an flock when
+    its process dies: a build killed half way (a timeout's SIGKILL, an OOM kill) leaves
+    torch's ``lock`` file behind, and cpp_extension then waits on it forever in every
+    later process. Under the flock no other build can be running, so that file is stale.
+    """
+    import fcntl
+
+    built, finished = build_dir / f"{name}.so", build_dir / f"{name}.finished"
+    if finished.is_file() and built.is_file():
+        return built
+    with open(build_dir / "pyalloc.flock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if finished.is_file() and built.is_file():
+            return built
+        (build_dir / "lock").unlink(missing_ok=True)
+        log.warning("pyalloc: compiling the torch shim and the registry against this torch "
+                    "(once, a minute or more; cached in %s)", build_dir)
+        from torch.utils import cpp_extension
+
+        cpp_extension.load(
+            name=name,
+            sources=[str(p) for p in _sources(root)],
+            extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src"),
+                                 str(root / "allocator" / "src")],
+            extra_cflags=_CFLAGS,
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=False,
+        )
+        finished.write_text("built\n")
+    return built
+
+
 def load() -> ctypes.CDLL:
     """Builds (once), loads and binds the library; returns it with its functions declared."""
     global _shim
     if _shim is not None:
         return _shim
-    from torch.utils import cpp_extension
-
     root = _source_root()
-    build_dir = _cache_dir(root)
-    name = "pyalloc_torch_shim"
-    built = build_dir / f"{name}.so"
-    if not built.is_file():
-        log.info("pyalloc: compiling the torch shim and the registry (once; cached in %s)",
-                 build_dir)
-    cpp_extension.load(
-        name=name,
-        sources=[str(p) for p in _sources(root)],
-        extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src"),
-                             str(root / "allocator" / "src")],
-        extra_cflags=_CFLAGS,
-        build_directory=str(build_dir),
-        is_python_module=False,
-        verbose=False,
-    )
+    built = _build(root, _cache_dir(root), "pyalloc_torch_shim")
     shim = ctypes.CDLL(str(built))
     for fn, (restype, argtypes) in _SIGNATURES.items():
         getattr(shim, fn).restype = restype
