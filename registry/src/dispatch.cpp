@@ -250,7 +250,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       for (Node* node : used) prefetch_after(lock, node);
   }
   // 2. What it writes loses the readers recorded from its old contents, unless the write
-  // extends a chain (See Note [Readers of an earlier version] in registry.cpp).
+  // extends a chain (See Note [Readers of an earlier version] in writes.cpp).
   NodeList targets;
   KeyList written_keys;
   for (std::uint16_t pos : info.written) {
@@ -332,7 +332,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     }
   }
   // What autograd saved from the chain's version before the write reads an earlier version
-  // now (Notes [What autograd saves], [Readers of an earlier version] in registry.cpp).
+  // now (Note [What autograd saves] above; Note [Readers of an earlier version] in writes.cpp).
   if (extends && hear)
     if (Node* target = by_key_locked(chained); target && !target->readers.empty())
       target->stale_readers = true;

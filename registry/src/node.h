@@ -108,13 +108,13 @@ struct Node {
   double cost = 0;                // bringing it back by replaying `steps`
   std::uint32_t version = 0;      // in-place ops seen (with lineage: steps.size() - 1)
   std::int64_t partial = -1;      // midway through a restore: the version its data has
-  bool stale_readers = false;     // read at an earlier version too (registry.cpp)
+  bool stale_readers = false;     // read at an earlier version too (writes.cpp)
   c10::SmallVector<Handle, 2> readers;  // nodes recorded from the current contents
   int pins = 0;                   // ops and replays using it now
   std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch
   std::uint64_t charge_visit = 0; // Registry::charge_visit_ when a death's walk last reached it
   // Dead, in batch `frontier_batch` of deaths: the nodes its death charged, a range of
-  // Registry::frontiers_ (Note [Charging a batch of deaths] in registry.cpp).
+  // Registry::frontiers_ (Note [Charging a batch of deaths] in liveness.cpp).
   std::uint64_t frontier_batch = 0;
   std::uint32_t frontier_begin = 0, frontier_end = 0;
   bool evicted = false;

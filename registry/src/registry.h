@@ -229,7 +229,8 @@ class Registry {
     Registry& registry_;
   };
 
-  // --- registry.cpp: nodes and their lineage ---
+  // --- nodes and their lineage: recording (registry.cpp), writes (writes.cpp), deaths
+  // (liveness.cpp) ---
   Node* find_locked(Handle handle);
   Node* by_key_locked(const c10::StorageImpl* key);
   // An op's recording, made from its arguments before it runs (the stack is its results
@@ -261,7 +262,7 @@ class Registry {
                      std::int64_t elapsed_ns) const;
   // The storage `key` is about to be written: what was recorded from its contents is
   // restored (while it still can be) and frozen — unless `keep`, a write extending its
-  // node's chain (See Note [Readers of an earlier version] in registry.cpp).
+  // node's chain (See Note [Readers of an earlier version] in writes.cpp).
   void invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep = false);
   // What `readers` (handles) were recorded from is about to change or be lost: each is
   // forgotten, or has its live dependents frozen, or is restored and frozen. On an error,
@@ -297,7 +298,7 @@ class Registry {
   // A dead node's contents come back in `storage`, the registry's own from now on.
   void adopt_locked(Node* node, c10::intrusive_ptr<c10::StorageImpl> storage);
   void forget_locked(Node* node);
-  // The engine noted storages that died (See Note [Noticing deaths] in registry.cpp):
+  // The engine noted storages that died (See Note [Noticing deaths] in liveness.cpp):
   // forgets those no recorded op needs, and what only they needed.
   // `all`: take every death noted so far (else only once enough have gathered).
   void notice_deaths_locked(bool all);
@@ -399,6 +400,10 @@ class Registry {
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
   ska::flat_hash_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
+  // The backstop sweep runs every kSweepEvery ops at least (and every 8 ops per node):
+  // deaths the engine could not note (a storage that died while evicted or unmarked)
+  // wait that long.
+  static constexpr std::int64_t kSweepEvery = 4096;
   std::int64_t next_sweep_ = 0;                 // guarded by mu_; in ops
   std::uint64_t deaths_seen_ = 0;               // guarded by mu_; freed_marked_count read
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
@@ -434,6 +439,36 @@ class Registry {
   std::uint64_t floor_bytes_ = 0, floor_allocated_ = 0, floor_droppable_ = 0;
   std::string floor_op_;
 };
+
+// Used by writes.cpp and liveness.cpp, so defined here.
+template <typename Visit>
+bool Registry::walk_readers_locked(const Node* start, Visit&& visit) {
+  const std::uint64_t stamp = ++charge_visit_;
+  charge_stack_.clear();
+  charge_stack_.push_back({start, 0, 0});
+  while (!charge_stack_.empty()) {
+    const WalkFrom from = charge_stack_.back();
+    charge_stack_.pop_back();
+    const std::size_t count = from.node ? from.node->readers.size() : from.end - from.begin;
+    for (std::size_t i = 0; i < count; ++i) {
+      // (frontiers_ may grow during the visits: indexed afresh each time.)
+      const Handle h = from.node ? from.node->readers[i] : frontiers_[from.begin + i];
+      Node* reader = find_locked(h);
+      if (!reader || reader == start || !reader->lineage() || reader->charge_visit == stamp)
+        continue;
+      reader->charge_visit = stamp;
+      switch (visit(reader)) {
+        case Walk::kInto: charge_stack_.push_back({reader, 0, 0}); break;
+        case Walk::kOver: break;
+        case Walk::kFrontier:
+          charge_stack_.push_back({nullptr, reader->frontier_begin, reader->frontier_end});
+          break;
+        case Walk::kStop: return false;
+      }
+    }
+  }
+  return true;
+}
 
 // The process-wide registry.
 Registry& registry();

@@ -157,7 +157,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
   pin_all(lock, needed);
   inputs.nodes = needed;
   // Inputs read at an earlier version: rebuilt apart from the node (See Note [Readers of
-  // an earlier version] in registry.cpp), unless the node holds that version now, midway
+  // an earlier version] in writes.cpp), unless the node holds that version now, midway
   // through its own restore.
   c10::SmallVector<std::pair<const Ref*, c10::intrusive_ptr<c10::StorageImpl>>, 2> rebuilt;
   for (const Ref* ref : earlier) {

@@ -1,0 +1,154 @@
+// inspect.cpp — what the registry shows: its counters as JSON, node info, the invariant check, the floor probe.
+#include "own_ops.h"
+#include "registry.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace pyalloc::registry {
+// --- inspection ------------------------------------------------------------------------------
+
+std::string Registry::stats_json() {
+  Lock lock(mu_);
+  std::int64_t resident = 0, evicted_bytes = 0, swapped_bytes = 0;
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+    if (!node->evicted) ++resident;
+    if (node->evicted) evicted_bytes += static_cast<std::int64_t>(node->nbytes);
+    if (node->evicted && node->clean) swapped_bytes += static_cast<std::int64_t>(node->nbytes);
+  }
+  const Counters& c = counters_;
+  char buf[2048];
+  int n = std::snprintf(
+      buf, sizeof buf,
+      "{\"ops\":%" PRId64 ",\"evictions\":%" PRId64 ",\"eager_evictions\":%" PRId64
+      ",\"recomputes\":%" PRId64 ",\"recompute_ns\":%" PRId64 ",\"frozen\":%" PRId64
+      ",\"relocations\":%" PRId64 ",\"nodes\":%zu,\"resident_nodes\":%" PRId64
+      ",\"evicted_bytes\":%" PRId64 ",\"backward_threads\":%" PRId64
+      ",\"backward_nodes\":%" PRId64 ",\"backward_kept\":%" PRId64,
+      c.ops, c.evictions, c.eager_evictions, c.recomputes, c.recompute_ns, c.frozen,
+      c.relocations, nodes_.size(), resident, evicted_bytes, c.backward_threads,
+      c.backward_nodes, c.backward_kept);
+  std::string out(buf, static_cast<std::size_t>(n));
+  if (can_relocate_) {
+    n = std::snprintf(
+        buf, sizeof buf,
+        ",\"swap_outs\":%" PRId64 ",\"swap_out_bytes\":%" PRId64 ",\"swap_ins\":%" PRId64
+        ",\"swap_in_bytes\":%" PRId64 ",\"swap_wait_ns\":%" PRId64 ",\"swap_fallbacks\":%" PRId64
+        ",\"swap_failures\":%" PRId64 ",\"prefetches\":%" PRId64 ",\"prefetch_hits\":%" PRId64
+        ",\"prefetch_ready\":%" PRId64 ",\"chose_swap\":%" PRId64 ",\"chose_recompute\":%" PRId64
+        ",\"swapped_bytes\":%" PRId64,
+        c.swap_outs, c.swap_out_bytes, c.swap_ins, c.swap_in_bytes, c.swap_wait_ns,
+        c.swap_fallbacks, c.swap_failures, c.prefetches, c.prefetch_hits, c.prefetch_ready,
+        c.chose_swap, c.chose_recompute, swapped_bytes);
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out + "}";
+}
+
+std::vector<Handle> Registry::handles() {
+  Lock lock(mu_);
+  std::vector<Handle> out;
+  out.reserve(nodes_.size());
+  for (Node* node = nodes_.oldest(); node; node = node->newer) out.push_back(node->handle);
+  return out;
+}
+
+bool Registry::node_info(Handle handle, NodeInfo* out) {
+  Lock lock(mu_);
+  Node* node = find_locked(handle);
+  if (!node) return false;
+  if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+  out->handle = node->handle;
+  out->key = reinterpret_cast<std::uintptr_t>(node->key);
+  out->nbytes = node->nbytes;
+  out->pins = node->pins;
+  out->chain = static_cast<std::int32_t>(node->steps.size());
+  out->readers = static_cast<std::int32_t>(node->readers.size());
+  out->evicted = node->evicted;
+  out->dead = node->dead;
+  out->frozen = node->frozen;
+  out->fixed = node->fixed;
+  out->clean = node->clean;
+  out->marked = node->marked;
+  std::string op;
+  if (node->lineage()) {
+    const c10::OperatorName& name = node->steps.front().rec->op.operator_name();
+    op = name.name + "." + name.overload_name;
+  }
+  std::snprintf(out->op, sizeof out->op, "%s", op.c_str());
+  const c10::StorageImpl* s = node->evicted ? nullptr : node->peek();
+  out->data = s ? reinterpret_cast<std::uintptr_t>(s->data_ptr().get()) : 0;
+  return true;
+}
+
+Handle Registry::handle_of(const void* storage_impl) {
+  Lock lock(mu_);
+  Node* node = by_key_locked(static_cast<const c10::StorageImpl*>(storage_impl));
+  return node ? node->handle : 0;
+}
+
+void Registry::set_copy_bandwidth(double bytes_per_s) {
+  Lock lock(mu_);
+  copy_bw_ = bytes_per_s;
+}
+
+std::string Registry::check_invariants() {
+  Lock lock(mu_);
+  for (Node* node = nodes_.oldest(); node; node = node->newer) {
+    char where[64];
+    std::snprintf(where, sizeof where, "node %" PRIu64 ": ", node->handle);
+    // A storage the program dropped since the last look: its death is noticed lazily.
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+    c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
+    if (node->evicted && s && s->nbytes() != 0 && !node->dead)
+      return std::string(where) + "evicted, but its storage still holds data";
+    if (!node->evicted && !node->dead && (!s || s->nbytes() != node->nbytes))
+      return std::string(where) + "resident, but its storage is gone or holds another size";
+    if (node->dead && node->key) return std::string(where) + "dead, but still keyed";
+    if (node->frozen && node->lineage()) return std::string(where) + "frozen with lineage";
+    if (node->pins < 0) return std::string(where) + "negative pins";
+    if (node->pins > 0 && node->evicted) return std::string(where) + "pinned while evicted";
+    if (node->key) {
+      Node* keyed = by_key_locked(node->key);
+      if (keyed != node) return std::string(where) + "by_key does not lead back to it";
+    }
+    for (const Step& step : node->steps) {
+      for (const Ref& ref : step.rec->refs) {
+        if (ref.node != node->handle && !find_locked(ref.node))
+          return std::string(where) + "its lineage reads a forgotten node";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace pyalloc::registry
+
+namespace pyalloc::registry {
+
+void Registry::set_floor_probe(bool on) {
+  Lock lock(mu_);
+  floor_probe_ = on;
+  floor_bytes_ = floor_allocated_ = floor_droppable_ = 0;
+  floor_op_.clear();
+}
+
+std::string Registry::floor_json() {
+  Lock lock(mu_);
+  std::string op;
+  for (char c : floor_op_) op += c == ':' ? '.' : c;  // "aten::mul.Tensor" -> "aten..mul..."
+  // PyTorch names ops "aten.mul.Tensor" in Python: one dot for the namespace's "::".
+  std::string name;
+  for (std::size_t i = 0; i < op.size(); ++i) {
+    if (op[i] == '.' && i + 1 < op.size() && op[i + 1] == '.') continue;
+    name += op[i];
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "{\"bytes\":%" PRIu64 ",\"allocated\":%" PRIu64
+                ",\"droppable\":%" PRIu64 ",\"op\":\"", floor_bytes_, floor_allocated_,
+                floor_droppable_);
+  return buf + name + "\"}";
+}
+
+}  // namespace pyalloc::registry

@@ -1,0 +1,170 @@
+// writes.cpp — writes to recorded storages: readers of earlier versions, settling readers, freezing.
+#include "own_ops.h"
+#include "registry.h"
+
+#include <algorithm>
+
+namespace pyalloc::registry {
+// --- writes ----------------------------------------------------------------------------------
+
+// Note [Readers of an earlier version]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A write that extends a node's chain leaves its earlier contents recomputable: they are
+// the chain's first steps. So the ops recorded from them keep their lineage, with a Ref to
+// the version they read, and replaying one rebuilds that version apart from the node — or
+// takes it from the node itself when the node is midway through its own restore and holds
+// that version (restoring `g` after `g.add_(c)`, where `c` was made from `g`, passes
+// through exactly that). Nothing is frozen or rebuilt at the write. Backward does this in
+// every residual block: autograd sums the two gradients of a skip connection in place,
+// into the gradient that went down the skip, after the block's batch norm backward read
+// it; freezing what was made from it, or rebuilding the dead batch norm gradient to hold
+// it, made the CNN's unconstrained backward hold twice stock's memory (57 MiB where stock
+// held 29) and replay 18 ops a step with nothing evicted.
+// A chain frozen later (a write it cannot follow, the end of a backward pass) takes its
+// early versions with it, so its readers of those are settled first, like any reader of
+// overwritten contents (settle_readers_locked).
+void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep) {
+  c10::SmallVector<Handle, 4> readers;
+  Node* node = by_key_locked(key);
+  if (node) {
+    if (node->readers.empty()) return;
+    if (keep) {
+      node->stale_readers = true;
+      return;
+    }
+    readers.assign(node->readers.begin(), node->readers.end());
+    node->readers.clear();
+    node->stale_readers = false;
+  } else {
+    auto it = leaf_readers_.find(key);
+    if (it == leaf_readers_.end()) return;
+    readers.assign(it->second.begin(), it->second.end());
+    leaf_readers_.erase(it);
+  }
+  settle_readers_locked(lock, readers, [&](c10::ArrayRef<Handle> rest) {
+    // The write will not happen (the op fails): the readers not yet frozen still read the
+    // current contents.
+    if (Node* n = by_key_locked(key)) {
+      n->readers.insert(n->readers.end(), rest.begin(), rest.end());
+    } else {
+      auto& leaf = leaf_readers_[key];
+      leaf.insert(leaf.end(), rest.begin(), rest.end());
+    }
+  });
+}
+
+bool Registry::reads_earlier_locked(const Node* reader, const Node* node) const {
+  for (const Step& step : reader->steps)
+    for (const Ref& ref : step.rec->refs)
+      if (ref.node == node->handle && ref.version < node->version) return true;
+  return false;
+}
+
+void Registry::freeze_now(Lock& lock, Node* node) {
+  if (node->frozen) return;
+  if (node->stale_readers) {
+    const Handle h = node->handle;
+    c10::SmallVector<Handle, 4> stale;
+    c10::SmallVector<Handle, 2> current;
+    for (Handle r : node->readers) {
+      const Node* reader = find_locked(r);
+      if (reader && reads_earlier_locked(reader, node)) stale.push_back(r);
+      else current.push_back(r);
+    }
+    node->readers.assign(current.begin(), current.end());
+    node->stale_readers = false;
+    settle_readers_locked(lock, stale, [&](c10::ArrayRef<Handle> rest) {
+      if (Node* n = find_locked(h)) {
+        n->readers.insert(n->readers.end(), rest.begin(), rest.end());
+        n->stale_readers = true;
+      }
+    });
+    node = find_locked(h);
+    if (!node || node->frozen) return;
+  }
+  freeze_locked(node);
+}
+
+template <typename PutBack>
+void Registry::settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, PutBack&& put_back) {
+  bool swept = false;
+  for (std::size_t i = 0; i < readers.size(); ++i) {
+    Node* reader = find_locked(readers[i]);
+    if (!reader || reader->frozen) continue;
+    if (!reader->dead && reader->weak.expired()) mark_dead_locked(reader);
+    if (reader->pins == 0 && !program_holds_locked(reader)) {
+      // Only lineage holds it. Whether lineage still needs it is transitive (its readers
+      // may be dead too: last step's activations at the optimizer's step), and a sweep
+      // forgets whole dead chains: without one, every write to a parameter would rebuild
+      // the activations recorded from it, only to freeze them.
+      if (!swept) {
+        sweep_locked(/*tidy=*/false);
+        swept = true;
+        reader = find_locked(readers[i]);
+        if (!reader || reader->frozen) continue;
+      }
+      if (!has_readers_locked(reader)) {
+        forget_locked(reader);  // nothing uses it: no need to keep it recomputable
+        continue;
+      }
+      if (reader->dead && freeze_dependents_locked(lock, reader)) continue;
+    }
+    try {
+      if (reader->evicted) {
+        restore_now(lock, reader);  // while its inputs still hold what it was made from
+        reader = find_locked(readers[i]);
+        if (!reader) continue;
+      }
+      freeze_now(lock, reader);
+    } catch (...) {
+      put_back(readers.slice(i));
+      throw;
+    }
+  }
+}
+
+// Note [Writes under dead readers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A storage about to be overwritten was read by an op whose result is dead (the program
+// let it go) but still needed as lineage: live nodes were made from it, directly or
+// through more dead ones. Once the write lands, nothing could rebuild it. Rebuilding it
+// now, to hold it, costs a replay and its bytes for as long as those live nodes last; the
+// live nodes themselves are on the device already (when none was evicted), and freezing
+// them costs neither. When a live dependent is evicted, bringing it back would rebuild
+// the dead reader anyway: then the dead reader is rebuilt and kept, as any reader is.
+bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
+  c10::SmallVector<Handle, 4> live;
+  c10::SmallVector<Handle, 16> dead_nodes{dead->handle};
+  const bool all_resident = walk_readers_locked(dead, [&](Node* reader) {
+    // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
+    if (reader->dead || reader->weak.expired()) {
+      if (reader->pins) return Walk::kStop;  // being replayed: leave it to the rebuild
+      dead_nodes.push_back(reader->handle);
+      return Walk::kInto;
+    }
+    if (reader->evicted) return Walk::kStop;
+    live.push_back(reader->handle);
+    return Walk::kOver;
+  });
+  if (!all_resident) return false;
+  for (Handle h : live)
+    if (Node* node = find_locked(h)) freeze_now(lock, node);
+  release_dead_locked(dead_nodes);  // no lineage reads them now
+  return true;
+}
+
+void Registry::freeze_locked(Node* node) {
+  if (node->frozen) return;
+  if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+  unmark_locked(node);
+  node->frozen = true;
+  const c10::intrusive_ptr<c10::StorageImpl> held = node->held;
+  bury_locked(node);  // its lineage goes, releasing its inputs
+  node->held = held;
+  ++counters_.frozen;
+  // Read by recorded ops: nothing could bring it back, so the registry keeps it.
+  if (has_readers_locked(node) && !node->held) node->held = node->storage();
+  mark_locked(node);  // it can still be swapped
+}
+
+}  // namespace pyalloc::registry
