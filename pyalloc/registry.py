@@ -110,9 +110,10 @@ class Node:
 class Registry:
     """The handle of the running C++ registry; see the module doc.
 
-    Not for code under ``torch.compile`` or CUDA graphs: compiled kernels read storages
-    without passing through the dispatcher, so an evicted input would be read as freed
-    memory. The registry sees eager ops only.
+    The registry sees eager ops only: compiled kernels read storages without passing
+    through the dispatcher. So under a policy a ``torch.compile`` region holds the tensors
+    it reads and makes for its run (pyalloc/compiled.py), and CUDA graph capture is
+    refused with an error.
 
     Parameters
     ----------

@@ -243,8 +243,14 @@ class Engine {
   // Whether some segment of `kind` is as large as `rounded` (stitch_cached under window).
   bool segment_holds_locked(std::size_t rounded, PoolKind kind) const;
   // Whether the ladder evicts in place (the window strategy under a registry).
+  // Not while the thrash guard has windows off (Note [Thrash guard] in evictor.h).
   bool evicts_in_place() const {
-    return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow;
+    return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow &&
+           !thrash_.cooling(clock_);
+  }
+  // The strategy the evict rung plans by now: DTR's score while windows are off.
+  EvictStrategy evict_strategy_locked() const {
+    return thrash_.cooling(clock_) ? EvictStrategy::kDtr : options_.evict_strategy;
   }
   // The fence rung: waits for other streams' tagged blocks; true if it waited for any.
   bool fence_streams_locked(StreamId stream);
@@ -396,6 +402,7 @@ class Engine {
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
+  ThrashGuard thrash_;                      // guarded by mutex_; what window rounds evict
   static constexpr std::size_t kMaxFreedMarked = 1 << 16;
   std::vector<std::uint64_t> freed_marked_;  // guarded by mutex_; take_freed_marked()
   bool freed_marked_overflow_ = false;       // guarded by mutex_

@@ -2,6 +2,7 @@
 #include "evictor.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <set>
 
@@ -268,6 +269,33 @@ EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t ro
 
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock) {
   return plan_by_score(pool, bytes, clock, false);
+}
+
+void ThrashGuard::evicted(std::uint64_t handle, std::uint64_t clock) {
+  if (cooling(clock)) return;
+  // Victims that never come back would fill the map: the old ones can no longer bounce.
+  if (evicted_at_.size() >= 4 * kSample) {
+    for (auto it = evicted_at_.begin(); it != evicted_at_.end();) {
+      it = clock - it->second > kBounceTicks ? evicted_at_.erase(it) : std::next(it);
+    }
+  }
+  evicted_at_[handle] = clock;
+  ++sampled_;
+}
+
+bool ThrashGuard::marked(std::uint64_t handle, std::uint64_t clock) {
+  if (evicted_at_.empty()) return false;
+  auto it = evicted_at_.find(handle);
+  if (it == evicted_at_.end()) return false;
+  if (clock - it->second <= kBounceTicks) ++bounced_;
+  evicted_at_.erase(it);
+  if (sampled_ < kSample) return false;
+  const bool thrashing = 8 * bounced_ >= 7 * sampled_;
+  sampled_ = bounced_ = 0;
+  if (!thrashing) return false;
+  off_until_ = clock + kCooldownTicks;
+  evicted_at_.clear();
+  return true;
 }
 
 std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks) {

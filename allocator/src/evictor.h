@@ -1,6 +1,6 @@
 // evictor.h — choosing which evictable blocks to give up when a request does not fit.
 //
-// The registry (Python) marks blocks evictable and tells the engine what each would cost
+// The registry (registry/src) marks blocks evictable and tells the engine what each would cost
 // to bring back; the engine knows addresses and neighbours, so it chooses. Three
 // strategies, selectable for comparison (option evict_strategy):
 //
@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "options.h"
@@ -55,6 +56,42 @@ EvictPlan plan_in_place(const Pool& pool, std::size_t rounded, PoolKind kind, St
 
 // Victims totalling at least `bytes`, cheapest by DTR's heuristic (proactive eviction).
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock);
+
+// Note [Thrash guard]
+// ~~~~~~~~~~~~~~~~~~~
+// The window strategy evicts what lies together, not what is stale. When the only windows
+// that hold the requests of a phase contain what its next ops read, each round evicts
+// blocks that come straight back (recomputed, marked evictable again) and the next request
+// evicts them again. Seen on the demo's residual CNN at batch 64 under 1.1x the batch-16
+// peak: 1,812 in-place rounds, 1,779 evictions and 1,765 recomputes in 190 ops, where DTR's
+// score trained two steps with 96 evictions. So the engine watches what window rounds
+// evict: a victim marked again within kBounceTicks of its eviction bounced. When seven in
+// eight of a sample of kSample victims bounced, the engine plans by DTR's score and climbs
+// the plain ladder for the next kCooldownTicks, then tries windows again (num_thrash_fallbacks
+// counts the switches). The bar is high because DTR's scattered victims fragment what
+// windows keep whole: the thrashing CNN's samples bounced 31 in 32, while Hugging Face BERT
+// at 0.4 of its peak, which trains under windows, bounces up to 23 in 36 — and ran out of
+// memory, fragmented, when a bar of one half handed it to DTR. A sample is cheap to take:
+// one hash-map insert per victim, one lookup per mark while victims are outstanding.
+class ThrashGuard {
+ public:
+  static constexpr std::uint64_t kBounceTicks = 64;
+  static constexpr std::uint32_t kSample = 32;
+  static constexpr std::uint64_t kCooldownTicks = 8192;
+
+  // A window round evicted the block marked with `handle`.
+  void evicted(std::uint64_t handle, std::uint64_t clock);
+  // The block of `handle` was marked evictable at `clock`. True when this ends a sample
+  // that found thrashing (the caller counts the switch).
+  bool marked(std::uint64_t handle, std::uint64_t clock);
+  // Whether windows are off at `clock`.
+  bool cooling(std::uint64_t clock) const { return clock < off_until_; }
+
+ private:
+  std::unordered_map<std::uint64_t, std::uint64_t> evicted_at_;  // handle -> clock
+  std::uint32_t sampled_ = 0, bounced_ = 0;
+  std::uint64_t off_until_ = 0;
+};
 
 // Bytes and count of blocks marked evictable (for the OOM report).
 std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks);

@@ -108,7 +108,7 @@ inline int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kS
 // short-lived requests avoid those segments. Evicting a marked segment's blocks frees it
 // whole (the window strategy's whole-segment and chunk plans, evictor.h). Like lifetime
 // classes, the classes place blocks and never refuse memory: a request with no room in
-// its class takes any hole (rung any_class) before anything is mapped or evicted. Option
+// its class takes any hole (rung any_class) before anything is evicted. Option
 // evictable_placement, off by default: measured, it lowers some models' least budget and
 // raises others' (docs/design.md). Classes of the large pool (Coop's cheap and expensive
 // ends) were tried as cutting evictable blocks from the high end of the free block best
