@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .tasks import Task, images, segmentation, tokens, vectors
-from .zoo import ZOO
+from .zoo import BEYOND_THE_ZOO, ZOO
 
 
 def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.1) -> nn.Module:
@@ -236,3 +236,4 @@ TASKS: Dict[str, Task] = {
 
 # And the zoo's: models of the shapes users bring (pyalloc/bench/zoo.py).
 TASKS.update(ZOO)
+TASKS.update(BEYOND_THE_ZOO)

@@ -93,20 +93,26 @@ void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
       return;
     }
   }
+  // Each node is pinned once, in one of two passes. The second pins the rest whether or
+  // not they are still evicted then: restoring one may have restored others it needed (a
+  // replay's inputs), which must be pinned all the same. A pass that skipped them left
+  // them offered to the engine while the op ran: a packed bidirectional LSTM's `cat` of
+  // its time steps read freed memory (a crash) under recompute at 0.6 of its peak.
   NodeList pinned;
+  c10::SmallVector<bool, 16> held(nodes.size(), false);
   try {
-    for (Node* node : nodes) {
-      if (!node->evicted) {
-        pin_locked(node);
-        pinned.push_back(node);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (!nodes[i]->evicted) {
+        pin_locked(nodes[i]);
+        pinned.push_back(nodes[i]);
+        held[i] = true;
       }
     }
-    for (Node* node : nodes) {
-      if (node->evicted) {
-        pin_locked(node);
-        pinned.push_back(node);
-        restore(lock, node);
-      }
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (held[i]) continue;
+      pin_locked(nodes[i]);
+      pinned.push_back(nodes[i]);
+      if (nodes[i]->evicted) restore(lock, nodes[i]);
     }
     for (Node* node : nodes)
       if (node->arriving) arrive_locked(node);
