@@ -62,7 +62,7 @@ def test_the_window_strategy_stops_thrashing_where_its_victims_keep_coming_back(
     # At batch 16 the demo trains batch 64 in 1.1x the batch-16 peak. There the windows
     # that hold the requests held what the next ops read: 1,812 in-place rounds in 190 ops
     # before a 40 s watchdog stopped it, where DTR trained. The thrash guard (Note [Thrash
-    # guard] in allocator/src/evictor.h) hands those rounds to DTR's score.
+    # guard] in allocator/src/evictor.h) pauses eviction in place, and the pool reshapes.
     proc = subprocess.run(
         [sys.executable, "-m", "pyalloc.demo", "--device", "cpu", "--steps", "2", "--batch", "16",
          "--time-limit", "120", "--out", str(tmp_path / "demo"), "--json", str(tmp_path / "d.json")],

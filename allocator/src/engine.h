@@ -248,10 +248,7 @@ class Engine {
     return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow &&
            !thrash_.cooling(clock_);
   }
-  // The strategy the evict rung plans by now: DTR's score while windows are off.
-  EvictStrategy evict_strategy_locked() const {
-    return thrash_.cooling(clock_) ? EvictStrategy::kDtr : options_.evict_strategy;
-  }
+
   // The fence rung: waits for other streams' tagged blocks; true if it waited for any.
   bool fence_streams_locked(StreamId stream);
   // evict_in_place: victims inside one segment that then holds the request; empty when

@@ -2,7 +2,6 @@
 #include "evictor.h"
 
 #include <algorithm>
-#include <iterator>
 #include <limits>
 #include <set>
 
@@ -272,29 +271,24 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 }
 
 void ThrashGuard::evicted(std::uint64_t handle, std::uint64_t clock) {
-  if (cooling(clock)) return;
-  // Victims that never come back would fill the map: the old ones can no longer bounce.
-  if (evicted_at_.size() >= 4 * kSample) {
-    for (auto it = evicted_at_.begin(); it != evicted_at_.end();) {
-      it = clock - it->second > kBounceTicks ? evicted_at_.erase(it) : std::next(it);
-    }
-  }
-  evicted_at_[handle] = clock;
-  ++sampled_;
+  // One sample at a time: its victims, then kBounceTicks for the last of them to come back.
+  if (cooling(clock) || sampled_ >= kSample) return;
+  evicted_at_[handle] = Victim{clock, false};  // again, if it came back and went again
+  if (++sampled_ == kSample) full_at_ = clock;
 }
 
 bool ThrashGuard::marked(std::uint64_t handle, std::uint64_t clock) {
-  if (evicted_at_.empty()) return false;
-  auto it = evicted_at_.find(handle);
-  if (it == evicted_at_.end()) return false;
-  if (clock - it->second <= kBounceTicks) ++bounced_;
-  evicted_at_.erase(it);
-  if (sampled_ < kSample) return false;
+  if (sampled_ == 0) return false;
+  if (auto it = evicted_at_.find(handle); it != evicted_at_.end() && !it->second.back) {
+    if (clock - it->second.at <= kBounceTicks) ++bounced_;
+    it->second.back = true;
+  }
+  if (sampled_ < kSample || clock - full_at_ <= kBounceTicks) return false;
   const bool thrashing = 8 * bounced_ >= 7 * sampled_;
   sampled_ = bounced_ = 0;
+  evicted_at_.clear();
   if (!thrashing) return false;
   off_until_ = clock + kCooldownTicks;
-  evicted_at_.clear();
   return true;
 }
 

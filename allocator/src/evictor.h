@@ -59,20 +59,26 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 
 // Note [Thrash guard]
 // ~~~~~~~~~~~~~~~~~~~
-// The window strategy evicts what lies together, not what is stale. When the only windows
-// that hold the requests of a phase contain what its next ops read, each round evicts
-// blocks that come straight back (recomputed, marked evictable again) and the next request
-// evicts them again. Seen on the demo's residual CNN at batch 64 under 1.1x the batch-16
-// peak: 1,812 in-place rounds, 1,779 evictions and 1,765 recomputes in 190 ops, where DTR's
-// score trained two steps with 96 evictions. So the engine watches what window rounds
-// evict: a victim marked again within kBounceTicks of its eviction bounced. When seven in
-// eight of a sample of kSample victims bounced, the engine plans by DTR's score and climbs
-// the plain ladder for the next kCooldownTicks, then tries windows again (num_thrash_fallbacks
-// counts the switches). The bar is high because DTR's scattered victims fragment what
-// windows keep whole: the thrashing CNN's samples bounced 31 in 32, while Hugging Face BERT
-// at 0.4 of its peak, which trains under windows, bounces up to 23 in 36 — and ran out of
-// memory, fragmented, when a bar of one half handed it to DTR. A sample is cheap to take:
-// one hash-map insert per victim, one lookup per mark while victims are outstanding.
+// The window strategy evicts in place (Note [Evicting in place] in reclaim.cpp): it keeps
+// the segments it has and evicts what lies together inside them, not what is stale. When
+// the only windows that hold the requests of a phase contain what its next ops read, each
+// round evicts blocks that come straight back (recomputed, marked evictable again) and
+// the next request evicts them again. Seen on the demo's residual CNN at batch 64 under
+// 1.1x the batch-16 peak: 1,812 in-place rounds, 1,779 evictions and 1,765 recomputes in
+// 190 ops, where DTR trained two steps with 96 evictions. So the engine watches samples of
+// kSample victims of window rounds: a victim marked again within kBounceTicks of its
+// eviction bounced. When seven in eight of a sample bounced, the engine stops evicting in
+// place for kCooldownTicks: requests climb the plain ladder, where releasing, stitching
+// and growing segments come before eviction, so the pool can change its shape; the evict
+// rung still plans windows. Then it tries in place again (num_thrash_fallbacks counts the
+// switches). The demo's run switches once and trains.
+// Two answers that were tried and measured worse: planning by DTR's score during the
+// cool-down fragments what windows keep whole (Hugging Face BERT at 0.4 of its peak, which
+// trains under windows, ran out of memory with 4 MiB free in pieces; the zoo GRU's least
+// budget went from 0.44 to 0.51 of its peak), and a bar of one half switched on samples
+// that were churn, not thrash (the GRU's small per-timestep tensors bounce 22-29 in 32
+// where it trains; the CNN's bounced 29-31). A sample is cheap: one hash-map insert per
+// victim and, while a sample is open, one lookup per mark.
 class ThrashGuard {
  public:
   static constexpr std::uint64_t kBounceTicks = 64;
@@ -88,8 +94,13 @@ class ThrashGuard {
   bool cooling(std::uint64_t clock) const { return clock < off_until_; }
 
  private:
-  std::unordered_map<std::uint64_t, std::uint64_t> evicted_at_;  // handle -> clock
+  struct Victim {
+    std::uint64_t at;  // when it was (last) evicted
+    bool back;         // marked again since
+  };
+  std::unordered_map<std::uint64_t, Victim> evicted_at_;  // the sample's victims, by handle
   std::uint32_t sampled_ = 0, bounced_ = 0;
+  std::uint64_t full_at_ = 0;  // when the sample's last victim went
   std::uint64_t off_until_ = 0;
 };
 

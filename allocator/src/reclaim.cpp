@@ -420,12 +420,11 @@ std::vector<std::uint64_t> Engine::take_victims_locked(const EvictPlan& plan, bo
 std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                         PoolKind kind) {
   if (!evict_callback_) return {};
-  const EvictStrategy strategy = evict_strategy_locked();
-  EvictPlan plan = plan_eviction(pool_, strategy, rounded, kind, stream, clock_,
+  EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
                                  headroom_locked(), backend_->granularity(), stitches(kind));
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  if (strategy == EvictStrategy::kWindow) {
+  if (options_.evict_strategy == EvictStrategy::kWindow) {
     for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
   }
   return handles;

@@ -51,7 +51,7 @@ namespace pyalloc {
   X(num_evictions, "blocks the engine asked the registry to evict")                    \
   X(num_evicted_bytes, "bytes of those blocks")                                        \
   X(num_evict_rounds, "times the evict rung ran (one victim set, one callback)")       \
-  X(num_thrash_fallbacks, "times window rounds' victims kept coming back and DTR's score took over for a while") \
+  X(num_thrash_fallbacks, "times window rounds' victims kept coming back and in-place eviction paused for a while") \
   X(num_proactive_evictions, "evictions made because allocated crossed evict_threshold") \
   X(num_swap_outs, "copies of device blocks to the host pool started")                  \
   X(num_swap_out_bytes, "bytes of those copies")                                        \

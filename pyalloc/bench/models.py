@@ -28,7 +28,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .tasks import Task, images, segmentation, tokens, vectors
-from .zoo import BEYOND_THE_ZOO, ZOO
+from .wild import WILD
+from .zoo import ZOO
 
 
 def mlp(width: int = 512, depth: int = 6, classes: int = 10, dropout: float = 0.1) -> nn.Module:
@@ -236,4 +237,5 @@ TASKS: Dict[str, Task] = {
 
 # And the zoo's: models of the shapes users bring (pyalloc/bench/zoo.py).
 TASKS.update(ZOO)
-TASKS.update(BEYOND_THE_ZOO)
+# And models as users write them, untuned (pyalloc/bench/wild.py).
+TASKS.update(WILD)

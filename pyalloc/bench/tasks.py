@@ -49,3 +49,14 @@ def segmentation(size: int, classes: int):
         return (torch.randn(n, 3, size, size, generator=gen),
                 torch.randint(0, classes, (n, size, size), generator=gen))
     return batch
+
+
+def padded_sentences(vocab: int, seq: int, classes: int):
+    """Token ids 1..vocab-1, each row padded with 0 after a random length (at least a
+    quarter of ``seq``), and a class per row."""
+    def batch(n: int, gen: torch.Generator):
+        ids = torch.randint(1, vocab, (n, seq), generator=gen)
+        lengths = torch.randint(seq // 4, seq + 1, (n, 1), generator=gen)
+        ids = ids.masked_fill(torch.arange(seq) >= lengths, 0)
+        return ids, torch.randint(0, classes, (n,), generator=gen)
+    return batch

@@ -52,7 +52,7 @@ from torch.nn import functional as F
 from torch.nn.utils.parametrizations import weight_norm
 
 # The batches pyalloc.bench.models' tasks use are the zoo's too.
-from .tasks import Task, images, segmentation, tokens
+from .tasks import Task, images, padded_sentences, segmentation, tokens
 
 
 @dataclass
@@ -215,31 +215,6 @@ class RNNLM(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         h, _ = self.rnn(self.drop(self.emb(idx)))
         return self.head(self.drop(h))
-
-
-class PackedBiLSTM(nn.Module):
-    """A sentence classifier: a two-layer bidirectional LSTM over a padded batch packed by
-    length (``pack_padded_sequence``), its outputs unpacked, masked and averaged per row.
-    On a CPU a packed LSTM runs time step by time step, in both directions, and each
-    direction's layer ends in a ``cat`` of every step's output: one op reading hundreds of
-    small tensors at once."""
-
-    def __init__(self, vocab: int = 512, dim: int = 96, classes: int = 4) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(vocab, dim, padding_idx=0)
-        self.rnn = nn.LSTM(dim, dim, num_layers=2, bidirectional=True, batch_first=True,
-                           dropout=0.1)
-        self.head = nn.Linear(2 * dim, classes)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
-        lengths = (idx != 0).sum(1).clamp(min=1)
-        packed = pack_padded_sequence(self.emb(idx), lengths.cpu(), batch_first=True,
-                                      enforce_sorted=False)
-        out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True)
-        mask = (torch.arange(out.shape[1], device=idx.device) < lengths[:, None]).unsqueeze(-1)
-        return self.head((out * mask).sum(1) / lengths[:, None])
 
 
 # --- a Vision Transformer --------------------------------------------------------------------
@@ -472,17 +447,6 @@ def _masked_classifier_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) 
 Batch = Callable[[int, torch.Generator], Tuple[torch.Tensor, torch.Tensor]]
 
 
-def _padded_sentences(vocab: int, seq: int, classes: int) -> Batch:
-    """Token ids 1..vocab-1, each row padded with 0 after a random length (at least a
-    quarter of ``seq``), and a class per row."""
-    def batch(n: int, gen: torch.Generator):
-        ids = torch.randint(1, vocab, (n, seq), generator=gen)
-        lengths = torch.randint(seq // 4, seq + 1, (n, 1), generator=gen)
-        ids = ids.masked_fill(torch.arange(seq) >= lengths, 0)
-        return ids, torch.randint(0, classes, (n,), generator=gen)
-    return batch
-
-
 def _signals(channels: int, length: int, classes: int) -> Batch:
     def batch(n: int, gen: torch.Generator):
         return (torch.randn(n, channels, length, generator=gen),
@@ -501,17 +465,9 @@ ZOO: Dict[str, Task] = {
     "zoo_hf_llama": ZooTask("zoo_hf_llama", lambda: _hf_llama(512, 64), tokens(512, 64), 16,
                             loss_fn=_causal_lm_loss),
     "zoo_hf_bert": ZooTask("zoo_hf_bert", lambda: _hf_bert(512, 64, 4),
-                           _padded_sentences(512, 64, 4), 16, loss_fn=_masked_classifier_loss),
+                           padded_sentences(512, 64, 4), 16, loss_fn=_masked_classifier_loss),
     "zoo_mobilenet": ZooTask("zoo_mobilenet", mobilenet, images(64), 32),
     "zoo_tcn": ZooTask("zoo_tcn", TCN, _signals(8, 512, 10), 16),
     "zoo_mixer": ZooTask("zoo_mixer", lambda: Mixer(32, 4, 64, 4), images(32), 32),
     "zoo_densenet": ZooTask("zoo_densenet", DenseNet, images(32), 32),
-}
-
-# Shapes the zoo's 40% test leaves out, because no victim choice trains them there yet:
-# the packed bidirectional LSTM trains under recompute at 0.7 of its peak with SGD, not at
-# 0.65 (each `cat` of a layer's time steps needs every step resident at once, and the
-# evictable bytes sit in hundreds of small blocks). tests/test_remat.py trains it.
-BEYOND_THE_ZOO: Dict[str, Task] = {
-    "packed_bilstm": ZooTask("packed_bilstm", PackedBiLSTM, _padded_sentences(512, 64, 4), 48),
 }

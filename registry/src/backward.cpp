@@ -103,9 +103,16 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
       node = find_locked(h);
       if (!node || node->evicted) continue;
     }
+    const std::size_t before = dead.size();
     for (const Step& step : node->steps)  // what only its lineage read may go too
       for (const Ref& ref : step.rec->refs) dead.push_back(ref.node);
-    freeze_now(lock, node);
+    try {
+      freeze_now(lock, node);
+    } catch (const c10::Error&) {
+      // The same: no room to bring it back (settling its readers evicted it), so it keeps
+      // its lineage, and what that reads stays.
+      dead.resize(before);
+    }
   }
   release_dead_locked(dead);  // lineage only survivors needed goes, then what only it read
   for (Handle h : survivors) {

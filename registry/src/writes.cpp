@@ -82,6 +82,16 @@ void Registry::freeze_now(Lock& lock, Node* node) {
     node = find_locked(h);
     if (!node || node->frozen) return;
   }
+  // Freezing drops the lineage, the only way back for an evicted node: one evicted
+  // meanwhile (settling its readers restores them, and restores evict) comes back first.
+  // Seen when DTR's victims (the thrash guard's fallback) took such a node: a GRU's
+  // weights then read as "an evicted tensor has no lineage left".
+  if (node->evicted) {
+    const Handle h = node->handle;
+    restore_now(lock, node);
+    node = find_locked(h);
+    if (!node || node->frozen) return;
+  }
   freeze_locked(node);
 }
 
