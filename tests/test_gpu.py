@@ -123,6 +123,16 @@ def test_stitching_on_gpu_maps_free_chunks_of_several_segments_and_keeps_data():
     assert out.startswith("ok")
 
 
+def test_the_driver_sees_the_mappings_the_engine_reports():
+    # cuda-python (the `gpu` extra) asks the driver, not the engine: every chunk of every
+    # segment and stitched range pyalloc reports is mapped read-write, what an expandable
+    # segment reserved past its end and a stitched range that went are not, and the
+    # device's used memory covers what pyalloc reserves.
+    pytest.importorskip("cuda.bindings.driver", reason="needs cuda-python: pip install '.[gpu]'")
+    out = run_program("gpu_driver_view")
+    assert out.startswith("ok")
+
+
 def test_no_request_fails_on_gpu_while_free_chunks_would_hold_it():
     # The randomized patterns replayed through the CUDA backend itself (real mappings).
     from pyalloc.bench.patterns import PATTERNS
