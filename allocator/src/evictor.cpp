@@ -284,10 +284,17 @@ bool ThrashGuard::marked(std::uint64_t handle, std::uint64_t clock) {
     it->second.back = true;
   }
   if (sampled_ < kSample || clock - full_at_ <= kBounceTicks) return false;
-  const bool thrashing = 8 * bounced_ >= 7 * sampled_;
+  // The last kWindow samples together: one sample of churn is common where windows
+  // still make progress (DenseNet at 0.46 of its peak: 28 and 31 of 32 between 8 and 19).
+  recent_[next_ % kWindow] = bounced_;
+  ++next_;
   sampled_ = bounced_ = 0;
   evicted_at_.clear();
-  if (!thrashing) return false;
+  if (next_ < kWindow) return false;
+  std::uint32_t bounced = 0;
+  for (std::uint32_t b : recent_) bounced += b;
+  if (20 * bounced < 17 * kSample * kWindow) return false;  // less than 85% came back
+  next_ = 0;
   off_until_ = clock + kCooldownTicks;
   return true;
 }

@@ -64,25 +64,33 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 // the only windows that hold the requests of a phase contain what its next ops read, each
 // round evicts blocks that come straight back (recomputed, marked evictable again) and
 // the next request evicts them again. Seen on the demo's residual CNN at batch 64 under
-// 1.1x the batch-16 peak: 1,812 in-place rounds, 1,779 evictions and 1,765 recomputes in
-// 190 ops, where DTR trained two steps with 96 evictions. So the engine watches samples of
-// kSample victims of window rounds: a victim marked again within kBounceTicks of its
-// eviction bounced. When seven in eight of a sample bounced, the engine stops evicting in
-// place for kCooldownTicks: requests climb the plain ladder, where releasing, stitching
-// and growing segments come before eviction, so the pool can change its shape; the evict
-// rung still plans windows. Then it tries in place again (num_thrash_fallbacks counts the
-// switches). The demo's run switches once and trains.
-// Two answers that were tried and measured worse: planning by DTR's score during the
-// cool-down fragments what windows keep whole (Hugging Face BERT at 0.4 of its peak, which
-// trains under windows, ran out of memory with 4 MiB free in pieces; the zoo GRU's least
-// budget went from 0.44 to 0.51 of its peak), and a bar of one half switched on samples
-// that were churn, not thrash (the GRU's small per-timestep tensors bounce 22-29 in 32
-// where it trains; the CNN's bounced 29-31). A sample is cheap: one hash-map insert per
-// victim and, while a sample is open, one lookup per mark.
+// 1.1x the batch-16 peak: 9,586 evictions and 9,574 recomputes in 193 ops before a 40 s
+// watchdog stopped it, where DTR trained two steps with 96 evictions. So the engine
+// watches samples of kSample victims of window rounds: a victim marked again within
+// kBounceTicks of its eviction bounced. When 85% of the last kWindow samples' victims
+// bounced, the engine stops evicting in place for kCooldownTicks: requests climb the
+// plain ladder, where releasing, stitching and growing segments come before eviction, so
+// the pool can change its shape; the evict rung still plans windows. Then it tries in
+// place again (num_thrash_fallbacks counts the switches). The demo's run switches once
+// and trains.
+// It is a heuristic, and it has a price: bounces alone do not tell churn that still
+// trains from thrash that does not. The zoo GRU's small per-timestep tensors bounce as
+// much as the CNN's near its least budget, and there the plain ladder's releases lose:
+// its least budget (bench_remat) went from 0.44 to 0.48 of its peak. Measured and dropped
+// (docs/results/notebook.md, "Untuned models, and what they found"): DTR's score as the
+// fallback (BERT out of memory at 0.4, fragmented; GRU 0.51) and one sample instead of
+// four (the UNet's least budget 0.35 -> 0.38, and syncs and maps at half the peak on four
+// zoo models). The cause of this thrash is nested: restoring an input replays ops whose
+// own inputs are restored round by round (pin_all), each round evicting what the previous
+// restored; pinning as it restores inside replays trains the demo without the guard, in
+// 20 s. That is the fix to build; this guard keeps the run from hanging meanwhile.
+// A sample is cheap: one hash-map insert per victim and, while a sample is open, one
+// lookup per mark.
 class ThrashGuard {
  public:
   static constexpr std::uint64_t kBounceTicks = 64;
   static constexpr std::uint32_t kSample = 32;
+  static constexpr std::uint32_t kWindow = 4;  // samples judged together
   static constexpr std::uint64_t kCooldownTicks = 8192;
 
   // A window round evicted the block marked with `handle`.
@@ -100,6 +108,8 @@ class ThrashGuard {
   };
   std::unordered_map<std::uint64_t, Victim> evicted_at_;  // the sample's victims, by handle
   std::uint32_t sampled_ = 0, bounced_ = 0;
+  std::uint32_t recent_[kWindow] = {};  // the last samples' bounces
+  std::uint32_t next_ = 0;              // samples judged since the last switch
   std::uint64_t full_at_ = 0;  // when the sample's last victim went
   std::uint64_t off_until_ = 0;
 };

@@ -102,6 +102,8 @@ void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
   c10::SmallVector<bool, 16> held(nodes.size(), false);
   try {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
+      Node* node = nodes[i];
+      if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
       if (!nodes[i]->evicted) {
         pin_locked(nodes[i]);
         pinned.push_back(nodes[i]);
