@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -61,12 +62,14 @@ def test_demo_and_every_stats_subcommand_on_its_files(tmp_path, capsys):
 def test_the_window_strategy_stops_thrashing_where_its_victims_keep_coming_back(tmp_path):
     # At batch 16 the demo trains batch 64 in 1.1x the batch-16 peak. There the windows
     # that hold the requests held what the next ops read: 1,812 in-place rounds in 190 ops
-    # before a 40 s watchdog stopped it, where DTR trained. The thrash guard (Note [Thrash
-    # guard] in allocator/src/evictor.h) pauses eviction in place, and the pool reshapes.
+    # before a 40 s watchdog stopped it, where DTR trained. The thrash guard (option
+    # thrash_guard, off by default; Note [Thrash guard] in allocator/src/evictor.h) pauses
+    # eviction in place, and the pool reshapes.
     proc = subprocess.run(
         [sys.executable, "-m", "pyalloc.demo", "--device", "cpu", "--steps", "2", "--batch", "16",
          "--time-limit", "120", "--out", str(tmp_path / "demo"), "--json", str(tmp_path / "d.json")],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYALLOC_THRASH_GUARD": "true"})
     assert proc.returncode == 0, proc.stderr
     managed = json.loads((tmp_path / "d.json").read_text())["runs"][2]
     assert managed["batch"] == 64 and managed["trained"], managed

@@ -100,7 +100,8 @@ Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
   block->evict_handle = handle;
   block->evict_cost = cost;
   block->last_use = ++clock_;
-  if (handle != 0 && thrash_.marked(handle, clock_)) ++pool_.stats().num_thrash_fallbacks;
+  if (options_.thrash_guard && handle != 0 && thrash_.marked(handle, clock_))
+    ++pool_.stats().num_thrash_fallbacks;
   return Status();
 }
 

@@ -243,10 +243,10 @@ class Engine {
   // Whether some segment of `kind` is as large as `rounded` (stitch_cached under window).
   bool segment_holds_locked(std::size_t rounded, PoolKind kind) const;
   // Whether the ladder evicts in place (the window strategy under a registry).
-  // Not while the thrash guard has windows off (Note [Thrash guard] in evictor.h).
+  // Not while the thrash guard, if on, has windows off (Note [Thrash guard] in evictor.h).
   bool evicts_in_place() const {
     return evict_callback_ && options_.evict_strategy == EvictStrategy::kWindow &&
-           !thrash_.cooling(clock_);
+           !(options_.thrash_guard && thrash_.cooling(clock_));
   }
 
   // The fence rung: waits for other streams' tagged blocks; true if it waited for any.

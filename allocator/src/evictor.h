@@ -73,8 +73,9 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 // the pool can change its shape; the evict rung still plans windows. Then it tries in
 // place again (num_thrash_fallbacks counts the switches). The demo's run switches once
 // and trains.
-// It is a heuristic, and it has a price: bounces alone do not tell churn that still
-// trains from thrash that does not. The zoo GRU's small per-timestep tensors bounce as
+// Option thrash_guard, off by default, because it is a heuristic with a price: bounces
+// alone do not tell churn that still trains from thrash that does not (it fired in the
+// demo's default run too, where windows train). The zoo GRU's small per-timestep tensors bounce as
 // much as the CNN's near its least budget, and there the plain ladder's releases lose:
 // its least budget (bench_remat) went from 0.44 to 0.48 of its peak. Measured and dropped
 // (docs/results/notebook.md, "Untuned models, and what they found"): DTR's score as the
@@ -83,7 +84,7 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 // zoo models). The cause of this thrash is nested: restoring an input replays ops whose
 // own inputs are restored round by round (pin_all), each round evicting what the previous
 // restored; pinning as it restores inside replays trains the demo without the guard, in
-// 20 s. That is the fix to build; this guard keeps the run from hanging meanwhile.
+// 20 s. That is the fix to build; meanwhile the option keeps such a run from hanging.
 // A sample is cheap: one hash-map insert per victim and, while a sample is open, one
 // lookup per mark.
 class ThrashGuard {

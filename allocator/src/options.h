@@ -74,6 +74,10 @@ namespace pyalloc {
     "(cheapest cost/(bytes x staleness), DTR), dte (the same counting free neighbours, "    \
     "MegEngine's DTE), or window (the cheapest contiguous run of evictable and free "       \
     "blocks that holds the request, as Coop does).")                                        \
+  X(thrash_guard, kBool, bool, "false", "",                                                 \
+    "evict_strategy window: when the victims of its in-place rounds keep coming back (85% " \
+    "within 64 ticks, over four samples of 32), stop evicting in place for a while. Off by " \
+    "default: it also fires where windows still train, and then costs time and memory.")    \
   X(evict_threshold, kFraction, double, "0", "",                                            \
     "Evict proactively once allocated bytes exceed this fraction of the budget, down to it " \
     "(0: only when a request does not fit).")                                               \

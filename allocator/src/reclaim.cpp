@@ -424,7 +424,7 @@ std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, Str
                                  headroom_locked(), backend_->granularity(), stitches(kind));
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  if (options_.evict_strategy == EvictStrategy::kWindow) {
+  if (options_.thrash_guard && options_.evict_strategy == EvictStrategy::kWindow) {
     for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
   }
   return handles;
@@ -435,7 +435,8 @@ std::vector<std::uint64_t> Engine::plan_in_place_locked(std::size_t rounded, Str
   EvictPlan plan = plan_in_place(pool_, rounded, kind, stream, clock_);
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
+  if (options_.thrash_guard)
+    for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
   return handles;
 }
 
