@@ -262,6 +262,8 @@ class Engine {
   // Proactive eviction after a successful allocation (evict_threshold).
   std::vector<std::uint64_t> plan_proactive_locked();
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
+  // Window rounds' victims, for the thrash guard when it is on (Note [Thrash guard]).
+  void watch_for_thrash_locked(const std::vector<std::uint64_t>& handles);
   // Hands `victims` to the registry with `lock` dropped, counted in evicting_ meanwhile.
   void evict_unlocked(std::unique_lock<std::mutex>& lock,
                       const std::vector<std::uint64_t>& victims);

@@ -424,9 +424,7 @@ std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, Str
                                  headroom_locked(), backend_->granularity(), stitches(kind));
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  if (options_.thrash_guard && options_.evict_strategy == EvictStrategy::kWindow) {
-    for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
-  }
+  watch_for_thrash_locked(handles);
   return handles;
 }
 
@@ -435,9 +433,13 @@ std::vector<std::uint64_t> Engine::plan_in_place_locked(std::size_t rounded, Str
   EvictPlan plan = plan_in_place(pool_, rounded, kind, stream, clock_);
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  if (options_.thrash_guard)
-    for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
+  watch_for_thrash_locked(handles);
   return handles;
+}
+
+void Engine::watch_for_thrash_locked(const std::vector<std::uint64_t>& handles) {
+  if (!options_.thrash_guard || options_.evict_strategy != EvictStrategy::kWindow) return;
+  for (std::uint64_t h : handles) thrash_.evicted(h, clock_);
 }
 
 std::vector<std::uint64_t> Engine::plan_proactive_locked() {

@@ -35,6 +35,7 @@ from typing import Dict
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .tasks import Task, images, padded_sentences, vectors
 from .zoo import ZooTask
@@ -70,8 +71,6 @@ class PackedBiLSTM(nn.Module):
         self.head = nn.Linear(2 * dim, classes)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
         lengths = (idx != 0).sum(1).clamp(min=1)
         packed = pack_padded_sequence(self.emb(idx), lengths.cpu(), batch_first=True,
                                       enforce_sorted=False)

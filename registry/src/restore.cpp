@@ -104,9 +104,9 @@ void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       Node* node = nodes[i];
       if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
-      if (!nodes[i]->evicted) {
-        pin_locked(nodes[i]);
-        pinned.push_back(nodes[i]);
+      if (!node->evicted) {
+        pin_locked(node);
+        pinned.push_back(node);
         held[i] = true;
       }
     }
