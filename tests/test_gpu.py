@@ -164,3 +164,41 @@ def test_compaction_on_gpu_moves_frozen_storages_with_their_contents_and_views()
     from test_frag import check_compaction_moves_frozen_storages
 
     check_compaction_moves_frozen_storages("cuda")
+
+
+def test_cuda_graphs_keep_their_memory_and_capture_refuses_under_a_policy():
+    # A graph replays into the addresses it captured, those of the intermediates it freed
+    # during capture too: they stay the graph's (a private pool, as PyTorch's allocator
+    # keeps them) until the graph goes. MemPool/use_mem_pool, a second graph sharing the
+    # first one's pool, and the refusal under a policy are in the same program.
+    out = run_program("gpu_graph_capture")
+    assert out.rstrip().endswith("ok")
+
+
+def test_a_reduce_overhead_training_step_matches_stock_pytorch_bit_for_bit():
+    mine = run_program("gpu_reduce_overhead", "--pyalloc")
+    stock = run_program("gpu_reduce_overhead")
+    losses = [line for line in mine.splitlines() if line.startswith(("step", "eval"))]
+    assert len(losses) == 9
+    assert losses == [line for line in stock.splitlines() if line.startswith(("step", "eval"))]
+
+
+def test_a_stock_program_using_pytorchs_memory_tooling_runs_unchanged(tmp_path):
+    # _record_memory_history, an OOM observer, _dump_snapshot: the calls Lightning,
+    # Megatron and the memory_viz tutorial make, with pyalloc.install() on top.
+    import json
+    import pickle
+
+    from torch.cuda import _memory_viz as viz
+    from test_stats_cli import viewer_replay
+
+    path = tmp_path / "snapshot.pickle"
+    out = run_program("gpu_stock_tooling", path)
+    seen = json.loads(out.strip().splitlines()[-2])
+    assert "out of memory" in seen["oom_message"].lower()
+    assert len(seen["observer"]) == 1 and seen["observer"][0][1] == 3 << 30, seen
+    data = pickle.loads(path.read_bytes())
+    viewer_replay(data)
+    assert "Allocator State History" in viz.segment_plot(data)
+    actions = [e["action"] for trace in data["device_traces"] for e in trace]
+    assert actions.count("alloc") >= 10 and "oom" in actions, set(actions)
