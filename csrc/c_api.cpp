@@ -1,5 +1,6 @@
 // c_api.cpp — the extern "C" surface of libpyalloc (see pyalloc_c.h): argument checks,
 // error translation, and routing to engines. No allocator logic lives here.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -280,6 +281,35 @@ int pyalloc_engine_free(pyalloc_engine* engine, void* ptr, size_t expected_size)
 int pyalloc_engine_record_stream(pyalloc_engine* engine, void* ptr, uintptr_t stream) {
   PYALLOC_CHECK_ENGINE(engine);
   return fail(engine->record_stream(ptr, stream));
+}
+
+int pyalloc_engine_route_to_graph_pool(pyalloc_engine* engine, uint64_t pool, uintptr_t stream,
+                                       int kind) {
+  PYALLOC_CHECK_ENGINE(engine);
+  return fail(engine->route_to_graph_pool(pool, stream, static_cast<Engine::RouteKind>(kind)));
+}
+
+int pyalloc_engine_end_graph_pool_routes(pyalloc_engine* engine, uint64_t pool) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->end_graph_pool_routes(pool);
+  return 0;
+}
+
+int pyalloc_engine_release_graph_pool(pyalloc_engine* engine, uint64_t pool) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->release_graph_pool(pool);
+  return 0;
+}
+
+size_t pyalloc_engine_graph_pool_blocks(pyalloc_engine* engine, uint64_t pool, uintptr_t* out,
+                                        size_t capacity) {
+  if (!engine || (!out && capacity)) {
+    fail("engine and out must not be NULL");
+    return 0;
+  }
+  const std::vector<std::uintptr_t> blocks = engine->graph_pool_blocks(pool);
+  std::copy(blocks.begin(), blocks.begin() + std::min(capacity, blocks.size()), out);
+  return blocks.size();
 }
 
 int pyalloc_engine_empty_cache(pyalloc_engine* engine) {

@@ -63,6 +63,18 @@ PYALLOC_API int pyalloc_engine_alloc(pyalloc_engine* engine, size_t size, uintpt
 /* expected_size: the size passed to alloc, or SIZE_MAX to skip the check. */
 PYALLOC_API int pyalloc_engine_free(pyalloc_engine* engine, void* ptr, size_t expected_size);
 PYALLOC_API int pyalloc_engine_record_stream(pyalloc_engine* engine, void* ptr, uintptr_t stream);
+/* CUDA graph pools (Note [Graph pools] in allocator/src/block.h). From now on the requests
+ * that `kind` picks go to pool `pool` (>= 1): 0, those on `stream`; 1, a capture's (on
+ * `stream` and on every stream being captured); 2, the calling thread's. end_ stops every
+ * route to the pool; release_ says its graphs are gone (its memory joins the cache at the
+ * next device-wide synchronization). graph_pool_blocks writes up to `capacity` addresses
+ * of the pool's live blocks and returns how many there are. */
+PYALLOC_API int pyalloc_engine_route_to_graph_pool(pyalloc_engine* engine, uint64_t pool,
+                                                   uintptr_t stream, int kind);
+PYALLOC_API int pyalloc_engine_end_graph_pool_routes(pyalloc_engine* engine, uint64_t pool);
+PYALLOC_API int pyalloc_engine_release_graph_pool(pyalloc_engine* engine, uint64_t pool);
+PYALLOC_API size_t pyalloc_engine_graph_pool_blocks(pyalloc_engine* engine, uint64_t pool,
+                                                    uintptr_t* out, size_t capacity);
 PYALLOC_API int pyalloc_engine_empty_cache(pyalloc_engine* engine);
 PYALLOC_API int pyalloc_engine_set_budget(pyalloc_engine* engine, uint64_t bytes);
 PYALLOC_API int pyalloc_engine_set_memory_fraction(pyalloc_engine* engine, double fraction);

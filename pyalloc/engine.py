@@ -126,6 +126,37 @@ class Engine:
     def empty_cache(self) -> None:
         _check(_lib.lib().pyalloc_engine_empty_cache(self.handle))
 
+    # --- CUDA graph pools (Note [Graph pools] in allocator/src/block.h; pyalloc/graphs.py) ---
+    ROUTE_STREAM, ROUTE_CAPTURE, ROUTE_THREAD = 0, 1, 2
+
+    def route_to_graph_pool(self, pool: int, stream: int = 0, kind: int = ROUTE_STREAM) -> None:
+        """From now on the requests ``kind`` picks go to graph pool ``pool`` (>= 1):
+        ROUTE_STREAM, those on ``stream``; ROUTE_CAPTURE, those on ``stream`` and on every
+        stream a CUDA graph capture is recording; ROUTE_THREAD, the calling thread's. Memory
+        a pool's requests got stays the pool's when freed: only its own requests reuse it."""
+        _check(_lib.lib().pyalloc_engine_route_to_graph_pool(self.handle, pool, stream, kind))
+
+    def end_graph_pool_routes(self, pool: int) -> None:
+        """Stops every route to ``pool``; its memory stays the pool's."""
+        _check(_lib.lib().pyalloc_engine_end_graph_pool_routes(self.handle, pool))
+
+    def release_graph_pool(self, pool: int) -> None:
+        """The pool's graphs are gone: its free memory joins the cache at the next
+        device-wide synchronization (:meth:`empty_cache`, or when a request needs it), and
+        its live blocks once freed."""
+        _check(_lib.lib().pyalloc_engine_release_graph_pool(self.handle, pool))
+
+    def graph_pool_blocks(self, pool: int) -> List[int]:
+        """Addresses of the pool's live blocks."""
+        lib = _lib.lib()
+        for _ in range(4):  # the pool may grow between the two calls
+            n = lib.pyalloc_engine_graph_pool_blocks(self.handle, pool, None, 0)
+            out = (ctypes.c_size_t * max(n, 1))()
+            got = lib.pyalloc_engine_graph_pool_blocks(self.handle, pool, out, n)
+            if got <= n:
+                return list(out[:got])
+        raise RuntimeError("pyalloc: graph_pool_blocks: the pool kept growing")
+
     def set_budget(self, nbytes: int) -> None:
         _check(_lib.lib().pyalloc_engine_set_budget(self.handle, _byte_count("budget", nbytes, 1)))
 

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import _lib, _torch_shim, compiled, inplace, lifetime, registry, state
+from . import _lib, _torch_shim, compiled, graphs, inplace, lifetime, registry, state
 from .errors import PyallocError
 from .options import Budget, build_options, effective
 from .publish import StatsPublisher
@@ -124,6 +124,7 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         registry.claim_dispatch_key()
     if resolved == "cuda":
         _install_cuda(text)
+        graphs.enable()   # CUDA graphs keep their memory (graph-private pools)
         if patch_torch:
             patch_torch_cuda()
     else:

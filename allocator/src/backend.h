@@ -98,6 +98,8 @@ class Backend {
   // True if work on `stream` completes before the call that enqueued it returns (the
   // simulated device's stream 0). Blocks freed on such a stream are idle at once.
   virtual bool stream_is_synchronous(StreamId /*stream*/) const { return false; }
+  // Whether a CUDA graph capture is recording `stream` (Note [Graph pools] in block.h).
+  virtual bool stream_is_capturing(StreamId /*stream*/) const { return false; }
   virtual StreamId create_stream() = 0;
   virtual void destroy_stream(StreamId stream) = 0;
   virtual EventId create_event() = 0;

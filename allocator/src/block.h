@@ -41,6 +41,27 @@ namespace pyalloc {
 
 constexpr StreamId kAnyStream = ~StreamId{0};
 
+// Note [Graph pools]
+// ~~~~~~~~~~~~~~~~~~
+// A CUDA graph replays into the addresses it was captured with, those of the intermediates
+// it freed during capture too, so that memory must stay the graph's until the graph goes
+// (PyTorch's private pools). Here a graph pool is a stream tag: while allocations are
+// routed to pool P (Engine::route_to_graph_pool: a capture, cudagraph trees' warm-up, a
+// thread under use_mem_pool), they take tag graph_pool_tag(P) instead of their stream's,
+// and keep it when freed. No real stream has that tag, so no other request's best fit,
+// window, stitch or compaction ever uses the memory, and fences and releases pass it by
+// (Pool::tagged_streams and take_releasable_segments skip it). Requests of the pool reuse
+// it, best fit as usual. Once the pool is released (its graphs are gone), the next
+// device-wide synchronization (Engine::release_cached_locked) re-tags it idle, and it
+// joins the cache. Requests routed to a pool and every request made while a capture is
+// underway climb a short ladder (cached, grow, any_class, borrow): a capture forbids
+// synchronization, and eviction would change addresses a graph has recorded.
+constexpr StreamId kGraphPoolTagBit = StreamId{1} << 63;
+inline StreamId graph_pool_tag(std::uint64_t pool) { return kGraphPoolTagBit | pool; }
+inline bool is_graph_pool_tag(StreamId tag) {
+  return tag != kAnyStream && (tag & kGraphPoolTagBit) != 0;
+}
+
 // Size classes (the same numbers PyTorch's caching allocator uses, so that figures are
 // comparable; see docs/design.md "Pools and rounding"):
 constexpr std::size_t kMinBlockSize = 512;                     // every size rounds up to this

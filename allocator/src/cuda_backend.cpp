@@ -39,9 +39,10 @@ namespace {
   X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuEventQuery)                    \
   X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuMemcpyAsync) X(cuMemHostAlloc)             \
   X(cuMemFreeHost)
-// Only used for messages and teardown; a driver without them still works.
+// Only used for messages and teardown, and to see a capture; a driver without them still
+// works.
 #define PYALLOC_OPTIONAL_FNS(X) \
-  X(cuGetErrorString) X(cuGetErrorName) X(cuDevicePrimaryCtxRelease_v2)
+  X(cuGetErrorString) X(cuGetErrorName) X(cuDevicePrimaryCtxRelease_v2) X(cuStreamIsCapturing)
 
 struct Driver {
 #define PYALLOC_MEMBER(f) decltype(&::f) f = nullptr;
@@ -313,6 +314,14 @@ class CudaBackend final : public Backend {
     ContextGuard guard(d_, ctx_);
     const CUresult r = d_.cuStreamWaitEvent(as_stream(stream), as_event(event), 0);
     return check(r, "cuStreamWaitEvent");
+  }
+
+  // Note [Graph pools] in block.h. The legacy-stream symbol, as everywhere here.
+  bool stream_is_capturing(StreamId stream) const override {
+    if (d_.cuStreamIsCapturing == nullptr) return false;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d_.cuStreamIsCapturing(as_stream(stream), &status) != CUDA_SUCCESS) return false;
+    return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
   }
 
   void synchronize_stream(StreamId stream) override {

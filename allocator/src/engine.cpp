@@ -246,6 +246,7 @@ void Engine::process_events_locked(bool wait) {
 
 void Engine::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (captures_ > 0) return;  // a capture forbids the synchronization (Note [Graph pools])
   trace_.record(TraceAction::kEmptyCache, 0, 0, 0, 0);
   process_events_locked(/*wait=*/false);
   // Stitched ranges whose streams are done, even where no segment is wholly free (the
@@ -353,6 +354,68 @@ void Engine::reset_peak_stats() {
 void Engine::reset_accumulated_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   pool_.stats().reset_accumulated();
+}
+
+// --- CUDA graph pools (Note [Graph pools] in block.h) ---
+
+Status Engine::route_to_graph_pool(std::uint64_t pool, StreamId stream, RouteKind kind) {
+  if (pool == 0 || is_graph_pool_tag(pool) || (pool & kGraphPoolTagBit))
+    return Status::invalid("graph pool id " + std::to_string(pool) + " must be in [1, 2^63)");
+  if (kind != RouteKind::kStream && kind != RouteKind::kCapture && kind != RouteKind::kThread)
+    return Status::invalid("route kind " + std::to_string(static_cast<int>(kind)) +
+                           " must be 0 (stream), 1 (capture) or 2 (thread)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  routes_.push_back(GraphRoute{pool, stream, kind, std::this_thread::get_id()});
+  if (kind == RouteKind::kCapture) ++captures_;
+  return Status();
+}
+
+void Engine::end_graph_pool_routes(std::uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t kept = 0;
+  for (const GraphRoute& r : routes_) {
+    if (r.pool != pool) routes_[kept++] = r;
+    else if (r.kind == RouteKind::kCapture) --captures_;
+  }
+  routes_.resize(kept);
+}
+
+void Engine::release_graph_pool(std::uint64_t pool) {
+  end_graph_pool_routes(pool);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::uint64_t p : released_pools_)
+    if (p == pool) return;
+  released_pools_.push_back(pool);
+}
+
+std::vector<std::uintptr_t> Engine::graph_pool_blocks(std::uint64_t pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pool_.allocated_with_tag(graph_pool_tag(pool));
+}
+
+StreamId Engine::route_locked(StreamId stream) const {
+  // The newest route that picks the request wins: a thread's use_mem_pool inside a
+  // warm-up, say.
+  const std::thread::id me = std::this_thread::get_id();
+  for (auto it = routes_.rbegin(); it != routes_.rend(); ++it) {
+    const bool picks = it->kind == RouteKind::kThread ? it->thread == me
+                       : it->stream == stream ||
+                             (it->kind == RouteKind::kCapture && backend_->stream_is_capturing(stream));
+    if (picks) return graph_pool_tag(it->pool);
+  }
+  return stream;
+}
+
+void Engine::adopt_released_pools_locked() {
+  // Called after a device-wide synchronization: nothing a released pool's graphs queued
+  // is still running, so its free memory is idle. A pool stays listed while blocks of it
+  // are live (a graph's outputs the program still holds): they are adopted once freed.
+  std::size_t kept = 0;
+  for (std::uint64_t p : released_pools_) {
+    pool_.adopt_stream(graph_pool_tag(p));
+    if (!pool_.allocated_with_tag(graph_pool_tag(p)).empty()) released_pools_[kept++] = p;
+  }
+  released_pools_.resize(kept);
 }
 
 }  // namespace pyalloc

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -57,8 +58,24 @@ class Engine {
   // The block at `ptr` is also used on `stream`: on free, it is not reused until work
   // enqueued on `stream` so far has completed.
   Status record_stream(void* ptr, StreamId stream);
-  // Releases every cached segment that holds no live block back to the device.
+  // Releases every cached segment that holds no live block back to the device (nothing
+  // while a capture is underway: it would synchronize).
   void empty_cache();
+
+  // --- CUDA graph pools (Note [Graph pools] in block.h) ---
+  // How a route picks the requests it sends to its pool: those on `stream`; those on
+  // `stream` and on any stream being captured (a graph capture); those of the calling
+  // thread (use_mem_pool).
+  enum class RouteKind : int { kStream = 0, kCapture = 1, kThread = 2 };
+  // From now on, the requests `kind` picks go to graph pool `pool` (>= 1).
+  Status route_to_graph_pool(std::uint64_t pool, StreamId stream, RouteKind kind);
+  // Stops every route to `pool`; its memory stays the pool's.
+  void end_graph_pool_routes(std::uint64_t pool);
+  // The pool's graphs are gone: its memory joins the cache at the next device-wide
+  // synchronization (empty_cache, or the release rung), and its live blocks when freed.
+  void release_graph_pool(std::uint64_t pool);
+  // Addresses of the pool's live blocks.
+  std::vector<std::uintptr_t> graph_pool_blocks(std::uint64_t pool);
 
   // Budget: a hard cap on reserved bytes. Lowering it below what is reserved releases
   // cached segments; live memory is never taken away.
@@ -388,6 +405,20 @@ class Engine {
 
   mutable std::mutex mutex_;
   Pool pool_;                          // guarded by mutex_
+  // Graph pools (Note [Graph pools] in block.h), guarded by mutex_: the routes in force,
+  // how many of them are captures, and the pools released whose memory is not yet idle.
+  struct GraphRoute {
+    std::uint64_t pool;
+    StreamId stream;
+    RouteKind kind;
+    std::thread::id thread;
+  };
+  std::vector<GraphRoute> routes_;
+  int captures_ = 0;
+  std::vector<std::uint64_t> released_pools_;
+  // The tag a request on `stream` takes: its route's pool, or `stream` itself.
+  StreamId route_locked(StreamId stream) const;
+  void adopt_released_pools_locked();
   std::size_t budget_;                 // guarded by mutex_
   std::vector<PendingFree> pending_;   // guarded by mutex_
   std::vector<EventId> spare_events_;  // guarded by mutex_

@@ -275,7 +275,7 @@ bool Pool::has_free_segment() const {
   for (const auto& kv : segments_) {
     bool all_free = true;
     for (const Block* b = kv.second->first; b && all_free; b = b->next) {
-      all_free = b->state == BlockState::kFree;
+      all_free = b->state == BlockState::kFree && !is_graph_pool_tag(b->stream);
     }
     if (all_free) return true;
   }
@@ -288,7 +288,7 @@ std::vector<Segment*> Pool::take_releasable_segments() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment* seg = it->second;
     Block* b = seg->first;
-    if (b->state != BlockState::kFree || b->next != nullptr) {
+    if (b->state != BlockState::kFree || b->next != nullptr || is_graph_pool_tag(b->stream)) {
       ++it;
       continue;
     }
@@ -431,7 +431,8 @@ std::vector<StreamId> Pool::tagged_streams() const {
     for (auto it = set.begin(); it != set.end();) {
       StreamId tag = it->stream;
       if (tag == kAnyStream) break;  // the largest tag: nothing after it
-      streams.insert(tag);
+      // A graph pool's memory is no stream's (Note [Graph pools] in block.h).
+      if (!is_graph_pool_tag(tag)) streams.insert(tag);
       it = set.lower_bound(FreeEntry{tag + 1, 0, 0, nullptr});
     }
   }
@@ -463,6 +464,23 @@ FragmentationFigures Pool::fragmentation() const {
           ? 0.0
           : 1.0 - static_cast<double>(f.largest_free_block) / static_cast<double>(f.cached_free_bytes);
   return f;
+}
+
+bool Pool::has_free_with_tag(StreamId tag) const {
+  // The free sets only: callers flush the exact-size cache first.
+  for (const FreeSet& set : free_) {
+    auto it = set.lower_bound(FreeEntry{tag, 0, 0, nullptr});
+    if (it != set.end() && it->stream == tag) return true;
+  }
+  return false;
+}
+
+std::vector<std::uintptr_t> Pool::allocated_with_tag(StreamId tag) const {
+  std::vector<std::uintptr_t> out;
+  for (const auto& kv : segments_)
+    for (const Block* b = kv.second->first; b; b = b->next)
+      if (b->state == BlockState::kAllocated && b->stream == tag) out.push_back(b->addr);
+  return out;
 }
 
 }  // namespace pyalloc

@@ -194,6 +194,10 @@ class Pool {
   std::string describe_unknown_pointer(std::uintptr_t ptr) const;
   // Streams (other than kAnyStream) that tag at least one free block.
   std::vector<StreamId> tagged_streams() const;
+  // Whether a free block carries `tag` (after flush_fast()); the addresses of the live blocks that do (graph
+  // pools, Note [Graph pools] in block.h).
+  bool has_free_with_tag(StreamId tag) const;
+  std::vector<std::uintptr_t> allocated_with_tag(StreamId tag) const;
   FragmentationFigures fragmentation() const;
   // "" when every invariant in block.h holds, else a description of the first violation.
   std::string check_invariants() const;

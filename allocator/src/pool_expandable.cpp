@@ -55,7 +55,9 @@ Block* Pool::extend(Segment* seg, std::vector<PhysicalHandle> chunks, std::size_
 
 std::size_t Pool::trimmable(const Segment* seg, std::size_t chunk) const {
   const Block* tail = seg->last;
-  if (!seg->expandable || tail->state != BlockState::kFree || tail == seg->first) return 0;
+  if (!seg->expandable || tail->state != BlockState::kFree || tail == seg->first ||
+      is_graph_pool_tag(tail->stream))
+    return 0;
   return seg->addr + seg->size - round_up(tail->addr, chunk);
 }
 

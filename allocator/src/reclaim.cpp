@@ -97,6 +97,9 @@ constexpr Rung kLadderInPlace[] = {
     Rung::release,   Rung::any_class,      Rung::borrow,        Rung::stitch_map_rest,
     Rung::evict,     Rung::compact,        Rung::wait,
 };
+// Requests routed to a graph pool, and every request while a capture is underway: no
+// synchronization, no unmapping, no eviction (Note [Graph pools] in block.h).
+constexpr Rung kLadderGraph[] = {Rung::cached, Rung::grow, Rung::any_class, Rung::borrow};
 
 // Each eviction round takes its victims out of the evictable set, so rounds end when
 // nothing is left; the cap only guards against a registry that keeps re-marking the same
@@ -136,6 +139,7 @@ Status Engine::malloc(std::size_t size, StreamId stream, void** out) {
 
 void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!routes_.empty()) stream = route_locked(stream);
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
   if (t_placement) return take_placement_locked(size, stream, status);
@@ -148,8 +152,11 @@ void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
     c.block = nullptr;
     Climbed outcome = Climbed::kPassed;
     const bool in_place = evicts_in_place();
-    const Rung* ladder = in_place ? kLadderInPlace : kLadder;
-    const std::size_t rungs = in_place ? std::size(kLadderInPlace) : std::size(kLadder);
+    const bool graph = captures_ > 0 || is_graph_pool_tag(c.stream);
+    const Rung* ladder = graph ? kLadderGraph : in_place ? kLadderInPlace : kLadder;
+    const std::size_t rungs = graph      ? std::size(kLadderGraph)
+                              : in_place ? std::size(kLadderInPlace)
+                                         : std::size(kLadder);
     for (const Rung* rung = ladder; rung != ladder + rungs; ++rung) {
       outcome = climb_locked(*rung, c);
       if (outcome == Climbed::kPassed) continue;
@@ -223,8 +230,9 @@ void* Engine::hand_out_locked(Climb& c, bool taken) {
   trace_.record(TraceAction::kAlloc, block->addr, block->size, c.size, c.stream);
   after_op_locked();
   // A thread that may not evict (a prefetch) must not make room for later either.
-  std::vector<std::uint64_t> extra =
-      t_may_evict ? plan_proactive_locked() : std::vector<std::uint64_t>{};
+  std::vector<std::uint64_t> extra = t_may_evict && captures_ == 0
+                                         ? plan_proactive_locked()
+                                         : std::vector<std::uint64_t>{};
   if (!extra.empty()) {
     EvictCallback callback = evict_callback_;
     void* context = evict_context_;
@@ -237,8 +245,9 @@ void* Engine::hand_out_locked(Climb& c, bool taken) {
 // --- the rungs, in the ladder's order ---
 
 Engine::Climbed Engine::rung_cached_locked(Climb& c) {
-  if (!pending_.empty()) process_events_locked(/*wait=*/false);
-  if (!retired_ranges_.empty()) unmap_retired_locked(/*wait=*/false);
+  // A capture forbids querying events (Note [Graph pools] in block.h): they wait.
+  if (!pending_.empty() && captures_ == 0) process_events_locked(/*wait=*/false);
+  if (!retired_ranges_.empty() && captures_ == 0) unmap_retired_locked(/*wait=*/false);
   return found(c, find_cached_locked(c.rounded, c.stream, c.kind, c.cls));
 }
 

@@ -167,7 +167,9 @@ bool Engine::trim_expandable_locked() {
 
 bool Engine::release_cached_locked() {
   pool_.flush_fast();  // tagged_streams() below reads the free sets only
-  if (!pool_.has_free_segment() && !has_trimmable_locked()) return false;
+  bool released_free = false;  // a released graph pool's free memory (Note [Graph pools])
+  for (std::uint64_t p : released_pools_) released_free |= pool_.has_free_with_tag(graph_pool_tag(p));
+  if (!pool_.has_free_segment() && !has_trimmable_locked() && !released_free) return false;
   BlockedTimer timer(blocked_ns_);
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
   // free block may still be in use by work queued on its stream. So wait for everything —
@@ -177,6 +179,7 @@ bool Engine::release_cached_locked() {
   ++pool_.stats().num_sync_all_streams;
   unmap_retired_locked(/*wait=*/true);   // their events are complete now: no wait
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
+  adopt_released_pools_locked();
   for (Segment* seg : pool_.take_releasable_segments()) unmap_segment_locked(seg);
   trim_expandable_locked();
   return true;

@@ -8,7 +8,8 @@ one run says everything it found.
   intermediates it freed during capture: they must stay the graph's (PyTorch's private
   pools), never be handed to eager tensors made after the capture.
 * The graph's memory comes back once the graph and its outputs are gone.
-* torch.cuda.MemPool / use_mem_pool route allocations to a pool of their own.
+* A second graph with its own pool never takes the first one's memory.
+* torch.cuda.MemPool, which PyTorch builds only on its own allocator, says so.
 * Under a policy, capture refuses with a message that says what to do.
 """
 from __future__ import annotations
@@ -111,17 +112,66 @@ def memory_comes_back_when_the_graph_and_its_outputs_go():
 
 
 @check
-def a_mem_pool_holds_what_is_made_under_use_mem_pool():
-    pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool):
-        inside = torch.empty(N, device="cuda")
-    outside = torch.empty(N, device="cuda")
-    ptr = inside.data_ptr()
-    del inside
-    again = torch.empty(N, device="cuda")  # must not reuse the pool's block
-    assert again.data_ptr() != ptr, "an allocation outside the pool reused the pool's block"
-    del outside, again, pool
+def a_second_graph_with_its_own_pool_never_takes_the_firsts_memory():
+    # torch.cuda.graph's default capture stream is shared by every graph: without private
+    # pools the second capture would reuse the first graph's freed intermediate, and
+    # replaying the first would overwrite the second one's output.
+    x = torch.ones(N, device="cuda")
+    warm_up(lambda: (x * 2) + 1)
+    first = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(first):
+        a = x * 2
+        inner = a.data_ptr()
+        out1 = a + 1
+        del a
+    second = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(second):
+        out2 = x * 10
+    assert out2.data_ptr() != inner, "the second graph's output took the first's intermediate"
+    second.replay()
+    first.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out2, torch.full_like(x, 10.0)), "replaying the first graph overwrote the second's output"
+    assert torch.equal(out1, torch.full_like(x, 3.0))
+    del first, second, out1, out2
     pyalloc.check_invariants()
+
+
+@check
+def a_graphs_pool_joins_the_cache_once_the_graph_is_gone():
+    import gc
+
+    torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = pyalloc.memory_stats()["reserved_bytes.all.current"]
+    x = torch.zeros(8 * N, device="cuda")
+    warm_up(lambda: (x + 1) * 2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = (x + 1) * 2   # (x + 1) is freed inside: the pool keeps it
+    del out
+    torch.cuda.empty_cache()
+    held = pyalloc.memory_stats()["reserved_bytes.all.current"]
+    assert held >= before + 8 * N * 4, (before, held)  # x and the graph's memory stay
+    del graph
+    gc.collect()
+    del x
+    torch.cuda.empty_cache()
+    after = pyalloc.memory_stats()["reserved_bytes.all.current"]
+    assert after <= before, (before, held, after)
+    pyalloc.check_invariants()
+
+
+@check
+def mem_pool_says_what_to_do_under_pyalloc():
+    # PyTorch builds MemPool only on its own allocator (a pluggable one raises from C++).
+    try:
+        torch.cuda.MemPool()
+    except RuntimeError as exc:
+        assert "pyalloc" in str(exc) and "reduce-overhead" in str(exc), exc
+    else:
+        print("  (this torch builds MemPool under a pluggable allocator)")
 
 
 @check
