@@ -79,9 +79,13 @@ def _let_go(device: Any, number: int) -> None:
 
 def _capture_begin(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
-        out = original(graph, *args, **kwargs)
-        number = _number(graph.pool())
+    def capture_begin(graph: Any, pool: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # The pool must be known before the capture starts (graph.pool() answers only after
+        # it ended): a capture without one gets a fresh handle, as PyTorch would make.
+        if pool is None:
+            pool = torch.cuda.graph_pool_handle()
+        out = original(graph, pool, *args, **kwargs)
+        number = _number(pool)
         device = torch.cuda.current_device()
         _hold(number)
         _engine(device).route_to_graph_pool(number, torch.cuda.current_stream().cuda_stream,
