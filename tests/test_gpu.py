@@ -209,3 +209,11 @@ def test_a_stock_program_using_pytorchs_memory_tooling_runs_unchanged(tmp_path):
     assert "Allocator State History" in viz.segment_plot(data)
     actions = [e["action"] for trace in data["device_traces"] for e in trace]
     assert actions.count("alloc") >= 10 and "oom" in actions, set(actions)
+
+
+def test_nvml_figures_appear_in_the_oom_report_and_in_watch(tmp_path):
+    # The device-wide picture (nvidia-ml-py): used, free and total memory of the GPU, the
+    # processes on it, PCIe throughput; tests/test_nvml.py checks the rows with a stand-in.
+    pytest.importorskip("pynvml", reason="needs nvidia-ml-py: pip install '.[gpu]'")
+    out = run_program("gpu_nvml", tmp_path / "stats.json")
+    assert out.rstrip().endswith("ok")
