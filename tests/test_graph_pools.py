@@ -105,3 +105,12 @@ def test_bad_graph_pool_arguments_are_refused_with_a_message(make_engine):
     engine.end_graph_pool_routes(99)   # nothing routed there: nothing to do
     engine.release_graph_pool(99)
     engine.empty_cache()
+
+
+def test_pytorchs_pool_calls_route_through_pyalloc_graphs():
+    # pyalloc/graphs.py's side, on the simulated device: the torch._C calls of cudagraph
+    # trees and use_mem_pool, hold counting, the live-allocation check and the refusal to
+    # rewind a pool. The capture side runs on a GPU (tests/test_gpu.py).
+    from conftest import run_program
+
+    assert run_program("graph_pool_routing").rstrip().endswith("ok")
