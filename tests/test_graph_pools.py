@@ -114,3 +114,114 @@ def test_pytorchs_pool_calls_route_through_pyalloc_graphs():
     from conftest import run_program
 
     assert run_program("graph_pool_routing").rstrip().endswith("ok")
+
+
+# --- randomized: a pool's memory never serves anyone else ------------------------------
+
+from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis.stateful import (  # noqa: E402
+    Bundle, RuleBasedStateMachine, consumes, invariant, rule,
+)
+
+from memory_patterns import pattern_mismatch, write_pattern  # noqa: E402
+
+_SIZES = st.one_of(st.integers(1, 1 << 20), st.integers(1 << 20, 12 << 20))
+
+
+class GraphPoolMachine(RuleBasedStateMachine):
+    """Allocations on a capture stream, routed to the current pool or not, frees, pools
+    released and replaced, fences (requests on a second stream under a tight budget) and
+    empty_cache, in any order. Model: every byte range a held pool's requests ever got.
+    Checked: a request outside the pool never overlaps one of them, and they stay mapped;
+    every live block keeps its contents; the engine's invariants hold; at the end
+    everything comes back."""
+    blocks = Bundle("blocks")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine = Engine("host", budget="48MiB", sim_capacity="96MiB")
+        self.capture = self.engine.create_stream()
+        self.other = self.engine.create_stream()
+        self.pool = 1
+        self.routed = False
+        self.pool_ranges: list = []   # (start, end) the held pool ever had
+        self.live: dict = {}          # ptr -> (size, tag)
+        self.tags = iter(range(1, 1 << 30))
+
+    @rule(on=st.booleans())
+    def route(self, on):
+        if on and not self.routed:
+            self.engine.route_to_graph_pool(self.pool, self.capture, Engine.ROUTE_STREAM)
+        elif not on and self.routed:
+            self.engine.end_graph_pool_routes(self.pool)
+        self.routed = on
+
+    @rule()
+    def release_pool(self):
+        self.engine.release_graph_pool(self.pool)
+        self.engine.empty_cache()
+        self.pool += 1
+        self.pool_ranges = [r for r in self.pool_ranges if r[2] == self.pool]
+        if self.routed:
+            self.engine.route_to_graph_pool(self.pool, self.capture, Engine.ROUTE_STREAM)
+
+    @rule(target=blocks, size=_SIZES, on_capture=st.booleans())
+    def alloc(self, size, on_capture):
+        stream = self.capture if on_capture else self.other
+        try:
+            ptr = self.engine.alloc(size, stream)
+        except OutOfMemoryError:
+            return None
+        routed = self.routed and on_capture
+        if routed:
+            self.pool_ranges.append((ptr, ptr + size, self.pool))
+        else:
+            for start, end, _ in self.pool_ranges:
+                assert ptr + size <= start or ptr >= end, \
+                    f"a request outside pool {self.pool} got its memory at 0x{ptr:x}"
+        tag = next(self.tags)
+        write_pattern(ptr, size, tag)
+        self.live[ptr] = (size, tag)
+        return ptr
+
+    @rule(ptr=consumes(blocks))
+    def free(self, ptr):
+        if ptr is None:
+            return
+        size, tag = self.live.pop(ptr)
+        assert not pattern_mismatch(ptr, size, tag)
+        self.engine.free(ptr, size)
+
+    @rule()
+    def empty_cache(self):
+        self.engine.empty_cache()
+
+    @invariant()
+    def contents_and_invariants_hold(self):
+        self.engine.check_invariants()
+        # A held pool's memory stays mapped: its graphs replay into it.
+        segments = [(seg["address"], seg["address"] + seg["total_size"])
+                    for seg in self.engine.snapshot()["segments"]]
+        for start, end, _ in self.pool_ranges:
+            assert any(a <= start and end <= b for a, b in segments), \
+                f"pool {self.pool}'s memory at 0x{start:x} was given back to the device"
+        for ptr, (size, tag) in self.live.items():
+            problem = pattern_mismatch(ptr, size, tag)
+            assert not problem, problem
+
+    def teardown(self):
+        for ptr, (size, _) in list(self.live.items()):
+            self.engine.free(ptr, size)
+        self.engine.end_graph_pool_routes(self.pool)
+        self.engine.release_graph_pool(self.pool)
+        self.engine.empty_cache()
+        assert self.engine.stats()["reserved_bytes.all.current"] == 0
+        for stream in (self.capture, self.other):
+            self.engine.destroy_stream(stream)
+        self.engine.close()
+
+
+GraphPoolMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestGraphPoolMachine = GraphPoolMachine.TestCase
