@@ -330,9 +330,10 @@ class Registry {
   // --- restore.cpp: bringing storages back ---
   // Pins `nodes` with every one resident; see the definition for the order.
   void pin_all(Lock& lock, c10::ArrayRef<Node*> nodes);
-  // The same for a replay's inputs, pinned as they are restored (Note [Pinning inside
-  // replays] in restore.cpp).
-  void pin_as_restored(Lock& lock, c10::ArrayRef<Node*> nodes);
+  // Pins every node once, in two passes: first the evicted ones (restoring each) or the
+  // resident ones, then the rest, restoring any evicted meanwhile. pin_all's last resort,
+  // and how a replay pins its inputs (Note [Pinning inside replays] in restore.cpp).
+  void pin_in_two_passes(Lock& lock, c10::ArrayRef<Node*> nodes, bool evicted_first);
   void unpin_all_locked(c10::ArrayRef<Node*> nodes);
   void restore(Lock& lock, Node* node);  // the caller pinned it
   void restore_now(Lock& lock, Node* node);

@@ -93,35 +93,13 @@ void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
       return;
     }
   }
-  // Each node is pinned once, in one of two passes. The second pins the rest whether or
-  // not they are still evicted then: restoring one may have restored others it needed (a
-  // replay's inputs), which must be pinned all the same. A pass that skipped them left
-  // them offered to the engine while the op ran: a packed bidirectional LSTM's `cat` of
-  // its time steps read freed memory (a crash) under recompute at 0.6 of its peak.
-  NodeList pinned;
-  c10::SmallVector<bool, 16> held(nodes.size(), false);
-  try {
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      Node* node = nodes[i];
-      if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
-      if (!node->evicted) {
-        pin_locked(node);
-        pinned.push_back(node);
-        held[i] = true;
-      }
-    }
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (held[i]) continue;
-      pin_locked(nodes[i]);
-      pinned.push_back(nodes[i]);
-      if (nodes[i]->evicted) restore(lock, nodes[i]);
-    }
-    for (Node* node : nodes)
-      if (node->arriving) arrive_locked(node);
-  } catch (...) {
-    unpin_all_locked(pinned);
-    throw;
-  }
+  // Each node is pinned once, in one of two passes, resident ones first. The second pins
+  // the rest whether or not they are still evicted then: restoring one may have restored
+  // others it needed (a replay's inputs), which must be pinned all the same. A pass that
+  // skipped them left them offered to the engine while the op ran: a packed bidirectional
+  // LSTM's `cat` of its time steps read freed memory (a crash) under recompute at 0.6 of
+  // its peak.
+  pin_in_two_passes(lock, nodes, /*evicted_first=*/false);
 }
 
 // Note [Pinning inside replays]
@@ -132,15 +110,19 @@ void Registry::pin_all(Lock& lock, c10::ArrayRef<Node*> nodes) {
 // evictions in 193 ops before a 40 s watchdog stopped it. First the evicted inputs are
 // restored and pinned one by one (what a later restore could evict is only an input not
 // yet pinned), then the rest are pinned, each restored first if a restore evicted it.
-void Registry::pin_as_restored(Lock& lock, c10::ArrayRef<Node*> nodes) {
+void Registry::pin_in_two_passes(Lock& lock, c10::ArrayRef<Node*> nodes, bool evicted_first) {
   NodeList pinned;
   c10::SmallVector<bool, 16> held(nodes.size(), false);
   try {
     for (int pass = 0; pass < 2; ++pass) {
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         Node* node = nodes[i];
-        if (held[i] || (pass == 0 && !node->evicted)) continue;
-        if (!node->dead && !node->evicted && node->weak.expired()) mark_dead_locked(node);
+        if (held[i] || (pass == 0 && node->evicted != evicted_first)) continue;
+        // A storage that died is noticed before it is pinned: in the first pass always,
+        // in the second where restores came first (they run the program's ops).
+        if ((pass == 0 || evicted_first) && !node->dead && !node->evicted &&
+            node->weak.expired())
+          mark_dead_locked(node);
         pin_locked(node);
         pinned.push_back(node);
         held[i] = true;
@@ -193,7 +175,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
     }
     if (std::find(needed.begin(), needed.end(), node) == needed.end()) needed.push_back(node);
   }
-  pin_as_restored(lock, needed);  // See Note [Pinning inside replays]
+  pin_in_two_passes(lock, needed, /*evicted_first=*/true);  // Note [Pinning inside replays]
   inputs.nodes = needed;
   // Inputs read at an earlier version: rebuilt apart from the node (See Note [Readers of
   // an earlier version] in writes.cpp), unless the node holds that version now, midway
