@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Set, Tuple
 
 import torch
 
@@ -41,7 +41,7 @@ from .engine import Engine
 _lock = threading.Lock()
 _ids: Dict[Tuple[int, int], int] = {}   # PyTorch's MempoolId_t -> the engine's pool number
 _holds: Dict[int, int] = {}             # pool number -> begins not yet released
-_patched: Dict[str, Any] = {}
+_patched: Set[str] = set()   # "owner.name" of what enable() replaced (it runs once)
 _RECREATE_HINT = (
     "compile with mode=\"max-autotune-no-cudagraphs\" (or torch.compile's default) instead "
     "of \"reduce-overhead\", or keep one compiled function per tree (no switching between "
@@ -175,7 +175,7 @@ def _patch(owner: Any, name: str, replacement: Callable[..., Any]) -> None:
     key = f"{getattr(owner, '__name__', owner)}.{name}"
     if key in _patched:
         return
-    _patched[key] = (owner, name, getattr(owner, name))
+    _patched.add(key)
     setattr(owner, name, replacement)
 
 

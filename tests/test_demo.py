@@ -64,7 +64,9 @@ def test_the_window_strategy_stops_thrashing_where_its_victims_keep_coming_back(
     # that hold the requests held what the next ops read: 1,812 in-place rounds in 190 ops
     # before a 40 s watchdog stopped it, where DTR trained. The thrash guard (option
     # thrash_guard, off by default; Note [Thrash guard] in allocator/src/evictor.h) pauses
-    # eviction in place, and the pool reshapes.
+    # eviction in place, and the pool reshapes. (Since a replay's inputs are pinned as
+    # they are restored, Note [Pinning inside replays], the run also trains without the
+    # guard, more slowly; this checks the guard itself.)
     proc = subprocess.run(
         [sys.executable, "-m", "pyalloc.demo", "--device", "cpu", "--steps", "2", "--batch", "16",
          "--time-limit", "120", "--out", str(tmp_path / "demo"), "--json", str(tmp_path / "d.json")],

@@ -359,7 +359,7 @@ void Engine::reset_accumulated_stats() {
 // --- CUDA graph pools (Note [Graph pools] in block.h) ---
 
 Status Engine::route_to_graph_pool(std::uint64_t pool, StreamId stream, RouteKind kind) {
-  if (pool == 0 || is_graph_pool_tag(pool) || (pool & kGraphPoolTagBit))
+  if (pool == 0 || (pool & kGraphPoolTagBit) != 0)
     return Status::invalid("graph pool id " + std::to_string(pool) + " must be in [1, 2^63)");
   if (kind != RouteKind::kStream && kind != RouteKind::kCapture && kind != RouteKind::kThread)
     return Status::invalid("route kind " + std::to_string(static_cast<int>(kind)) +
@@ -372,6 +372,10 @@ Status Engine::route_to_graph_pool(std::uint64_t pool, StreamId stream, RouteKin
 
 void Engine::end_graph_pool_routes(std::uint64_t pool) {
   std::lock_guard<std::mutex> lock(mutex_);
+  end_graph_pool_routes_locked(pool);
+}
+
+void Engine::end_graph_pool_routes_locked(std::uint64_t pool) {
   std::size_t kept = 0;
   for (const GraphRoute& r : routes_) {
     if (r.pool != pool) routes_[kept++] = r;
@@ -381,8 +385,8 @@ void Engine::end_graph_pool_routes(std::uint64_t pool) {
 }
 
 void Engine::release_graph_pool(std::uint64_t pool) {
-  end_graph_pool_routes(pool);
   std::lock_guard<std::mutex> lock(mutex_);
+  end_graph_pool_routes_locked(pool);
   for (std::uint64_t p : released_pools_)
     if (p == pool) return;
   released_pools_.push_back(pool);

@@ -418,6 +418,7 @@ class Engine {
   std::vector<std::uint64_t> released_pools_;
   // The tag a request on `stream` takes: its route's pool, or `stream` itself.
   StreamId route_locked(StreamId stream) const;
+  void end_graph_pool_routes_locked(std::uint64_t pool);
   void adopt_released_pools_locked();
   std::size_t budget_;                 // guarded by mutex_
   std::vector<PendingFree> pending_;   // guarded by mutex_

@@ -81,10 +81,11 @@ EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t cloc
 // (docs/results/notebook.md, "Untuned models, and what they found"): DTR's score as the
 // fallback (BERT out of memory at 0.4, fragmented; GRU 0.51) and one sample instead of
 // four (the UNet's least budget 0.35 -> 0.38, and syncs and maps at half the peak on four
-// zoo models). The cause of this thrash is nested: restoring an input replays ops whose
-// own inputs are restored round by round (pin_all), each round evicting what the previous
-// restored; pinning as it restores inside replays trains the demo without the guard, in
-// 20 s. That is the fix to build; meanwhile the option keeps such a run from hanging.
+// zoo models). The demo's thrash had a cause of its own, since fixed: restoring an input
+// replayed ops whose own inputs were restored round by round, each round evicting what the
+// previous restored; a replay's inputs are now pinned as they are restored (Note [Pinning
+// inside replays] in registry/src/restore.cpp), and the demo's case trains without the
+// guard, in 28-30 s.
 // A sample is cheap: one hash-map insert per victim and, while a sample is open, one
 // lookup per mark.
 class ThrashGuard {
