@@ -84,6 +84,7 @@ _SIGNATURES = {
     "pyalloc_registry_interrupt": (None, [_c.c_int]),
     "pyalloc_registry_evict": (_c.c_uint64, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
     "pyalloc_registry_stats_json": (_c.c_void_p, []),
+    "pyalloc_registry_replays_json": (_c.c_void_p, []),
     "pyalloc_registry_handles": (_c.c_size_t, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
     "pyalloc_registry_node_info": (_c.c_int, [_c.c_uint64, _c.c_void_p]),
     "pyalloc_registry_handle_of": (_c.c_uint64, [_c.c_void_p]),

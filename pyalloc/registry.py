@@ -216,6 +216,12 @@ class Registry:
         """Counters (docs/stats.md, the ``remat.*`` keys) and the nodes' state now."""
         return json.loads(_torch_shim.take_string(_torch_shim.load().pyalloc_registry_stats_json()))
 
+    def replays_by_op(self) -> Dict[str, int]:
+        """How many times each op was replayed since the policy started (``"aten::mm"``:
+        12, ...): creations, in-place steps and nested replays alike. What recompute spends
+        its time on — and so which of the model's tensors it chose to drop."""
+        return json.loads(_torch_shim.take_string(_torch_shim.load().pyalloc_registry_replays_json()))
+
     def __getattr__(self, name: str) -> Any:
         # The counters read as attributes: reg.evictions, reg.recomputes, reg.swap_outs, ...
         # (the swap counters are 0 under a policy that never swaps).

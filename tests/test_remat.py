@@ -72,6 +72,20 @@ def test_what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_
 
 
 @pytest.mark.slow
+def test_what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit():
+    # A custom autograd.Function's forward runs with grad mode off; what it saves is an
+    # activation all the same. See Note [What no_grad derives] in registry/src/dispatch.cpp.
+    run_unit("remat_units",
+             "what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit")
+
+
+def test_what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit():
+    # create_graph=True: the result and what the new graph saved stay nodes with lineage.
+    # See Note [Passes that build a graph] in registry/src/backward.cpp.
+    run_unit("remat_units",
+             "what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit")
+
+
 def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind():
     # Autograd sums a skip connection's two gradients in place, into the one that came
     # down the skip, after the branch read it: a cycle of readers through an earlier

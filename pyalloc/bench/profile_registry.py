@@ -35,6 +35,7 @@ def main() -> int:
     p.add_argument("--policy", default="recompute", choices=("recompute", "swap", "hybrid"))
     p.add_argument("--fraction", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--batch", type=int, default=None, help="default: the task's own")
     p.add_argument("--cprofile", action="store_true", help="cProfile the main thread's Python")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--torch-profile", action="store_true",
@@ -56,7 +57,7 @@ def main() -> int:
     torch.manual_seed(0)
     model = task.build().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    training = task_training(task, model, opt, task.default_batch, dev)
+    training = task_training(task, model, opt, args.batch or task.default_batch, dev)
     engine = pyalloc._engine(None)
     reg = registry.active()
     sync = device_sync(dev)
@@ -76,6 +77,7 @@ def main() -> int:
     engine.set_budget(int(args.fraction * peak))
     steps(2)   # warm-up under the budget: the layout settles
     before, reg_before, blocked_before = engine.stats(), reg.stats(), engine.blocked_ns()
+    replays_before = reg.replays_by_op()
     profile = cProfile.Profile() if args.cprofile else None
     if profile:
         profile.enable()
@@ -112,6 +114,11 @@ def main() -> int:
           f"each enclosing one), "
           f"{(blocked_after - blocked_before) / n / 1e6:.2f} ms with the engine blocked on the "
           f"device; the step {(tight - plain) * 1e3:.1f} ms over the run without the registry")
+    replays = {op: (count - replays_before.get(op, 0)) / n
+               for op, count in reg.replays_by_op().items()}
+    replays = sorted(((c, op) for op, c in replays.items() if c > 0), reverse=True)
+    if replays:
+        print("ops replayed per step: " + ", ".join(f"{op} {c:.1f}" for c, op in replays[:args.top]))
     if profile:
         for key in ("tottime", "cumtime"):
             out = io.StringIO()

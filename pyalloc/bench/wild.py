@@ -26,6 +26,9 @@ trains today, bit for bit.
   nearest upsampling; the head in float32.
 * ``wild_moe``: a top-1 mixture of experts: ``argmax`` routing, boolean-mask indexing and
   ``index_put`` of each expert's rows, data-dependent shapes, ``chunk``.
+* ``wild_gradient_penalty``: a WGAN-GP critic: the penalty differentiates through a gradient
+  (``torch.autograd.grad(create_graph=True)``), and the first activation is a custom
+  ``autograd.Function`` whose forward runs with grad mode off and saves its output.
 """
 from __future__ import annotations
 
@@ -207,6 +210,52 @@ class MoE(nn.Module):
         return self.out(h)
 
 
+class _ScaledTanh(torch.autograd.Function):
+    """``1.7 * tanh(x)`` as a user writes a fused activation: its forward runs with grad
+    mode off and saves its output for backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(x) * 1.7
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        y, = ctx.saved_tensors
+        return grad * (1.7 - y * y / 1.7)
+
+
+class Critic(nn.Module):
+    def __init__(self, width: int = 128, hidden: int = 512, depth: int = 3) -> None:
+        super().__init__()
+        self.inp = nn.Linear(width, hidden)
+        self.hidden = nn.ModuleList(nn.Sequential(nn.Linear(hidden, hidden), nn.LayerNorm(hidden))
+                                    for _ in range(depth))
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = _ScaledTanh.apply(self.inp(x))
+        for layer in self.hidden:
+            h = h + F.leaky_relu(layer(h), 0.2)
+        return self.out(h)
+
+
+def _real_and_fake(width: int):
+    def batch(n: int, gen: torch.Generator):
+        return torch.randn(n, width, generator=gen).tanh(), 0.5 * torch.randn(n, width, generator=gen)
+    return batch
+
+
+def _wgan_gp_loss(model: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """The WGAN-GP critic's loss: the gradient penalty differentiates through a gradient."""
+    alpha = torch.linspace(0, 1, real.shape[0], device=real.device).unsqueeze(1)
+    mix = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    grad, = torch.autograd.grad(model(mix).sum(), mix, create_graph=True)
+    penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+    return model(fake).mean() - model(real).mean() + 10 * penalty
+
+
 def _sequences(width: int, seq: int, classes: int = 10):
     def batch(n: int, gen: torch.Generator):
         return (torch.randn(n, seq, width, generator=gen),
@@ -240,4 +289,6 @@ WILD: Dict[str, Task] = {
     "wild_checkpointed": Task("wild_checkpointed", Checkpointed, vectors(256), 1024),
     "wild_autocast": Task("wild_autocast", AutocastConv, images(32), 32),
     "wild_moe": Task("wild_moe", MoE, vectors(32), 1024),
+    "wild_gradient_penalty": ZooTask("wild_gradient_penalty", Critic, _real_and_fake(128), 1024,
+                                     loss_fn=_wgan_gp_loss),
 }

@@ -19,8 +19,8 @@
 // chain through the pass's dead intermediates, nor evicted while the optimizer reads them,
 // so when the pass ends (a final callback queued on its graph task by its first op) the
 // survivors are brought back if evicted, frozen and forgotten (they become plain storages,
-// like parameters), and the pass's dead nodes go with the lineage only survivors needed.
-// A pass that ends by an exception runs no final callback: the owner thread's first op
+// like parameters), and the pass's dead nodes go with the lineage only survivors needed
+// (except in a pass that builds a graph: Note [Passes that build a graph]). A pass that ends by an exception runs no final callback: the owner thread's first op
 // outside any graph task settles what such passes left.
 //
 // Under recompute only. Under swap and hybrid the pass's ops are not recorded (their
@@ -30,6 +30,20 @@
 // replaying forward activations those policies just swapped out. Measured on the CNN at
 // 0.35 of its peak: the prefetch hit rate fell from 54% to 48%, and with a 4 MiB host pool
 // the replays of dead chains took turns evicting each other until the budget ran out.
+//
+// Note [Passes that build a graph]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pass with create_graph=True (a gradient penalty, double backward, MAML) runs its ops
+// with grad mode on: they are recorded by the forward rule, and what survives the pass is
+// not only what the program keeps but what the new graph saved for the next backward —
+// activations of a second forward, as many as the first's. Frozen and forgotten like a
+// plain pass's survivors, none of it could ever leave (a WGAN-GP critic at half its peak:
+// 22 MiB of such storages at the out-of-memory error in the penalty's backward, 6 MiB
+// evictable). So a survivor whose op ran with grad mode on stays a node, as a forward
+// activation does, lineage and all: its chain reads what the pass read (the first graph's
+// saved tensors, kept alive by create_graph's retain_graph, or their dead lineage) and
+// replays with grad mode on, bit for bit. The program's own results (autograd.grad's, a
+// .grad with a graph) are such nodes too, and evictable like any activation it holds.
 //
 // What a backward recording keeps as a leaf (not a node) is what existed before the pass:
 // parameters, inputs, targets, forward tensors too small to be nodes; they are held until
@@ -89,9 +103,15 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     (node->dead ? dead.emplace_back(node->handle) : survivors.emplace_back(node->handle));
   }
   backward_nodes_.erase(kept, backward_nodes_.end());
-  for (Handle h : survivors) {
+  for (Handle& h : survivors) {
     Node* node = find_locked(h);
     if (!node || node->dead) continue;
+    if (node->lineage() && node->steps.front().rec->grad_mode) {
+      // Made by a pass that builds a graph: See Note [Passes that build a graph].
+      node->backward = false;
+      h = 0;
+      continue;
+    }
     if (node->evicted) {
       try {
         restore_now(lock, node);
@@ -116,7 +136,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   }
   release_dead_locked(dead);  // lineage only survivors needed goes, then what only it read
   for (Handle h : survivors) {
-    Node* node = find_locked(h);
+    Node* node = h ? find_locked(h) : nullptr;
     if (node && node->frozen && !node->pins && !has_readers_locked(node)) {
       ++counters_.backward_kept;
       forget_locked(node);

@@ -150,6 +150,15 @@ PYALLOC_SHIM_API char* pyalloc_registry_stats_json() {
   }
 }
 
+PYALLOC_SHIM_API char* pyalloc_registry_replays_json() {
+  try {
+    return to_c_string(registry().replays_json());
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return nullptr;
+  }
+}
+
 // Writes up to `capacity` handles (in creation order) to out; returns how many there are.
 PYALLOC_SHIM_API size_t pyalloc_registry_handles(uint64_t* out, size_t capacity) {
   std::vector<uint64_t> all = registry().handles();

@@ -14,6 +14,7 @@
 // (Note [The registry's own ops] in own_ops.h).
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/graph_task.h>
@@ -103,6 +104,21 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
   }
   reg.run_op(op, below, stack, info);
 }
+
+// Note [What no_grad derives]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With grad mode off nothing requires grad, so the forward rule records nothing — yet what
+// such an op makes from an activation can be an activation too: the forward of a custom
+// autograd.Function runs with grad mode off, and what it saves for backward (its output,
+// ctx.save_for_backward) lives as long as any saved tensor. A straight-through estimator,
+// a fused activation written as a Function, a no_grad projection kept for the loss: none
+// of it could ever leave. So an op with grad mode off, outside a backward pass, that reads
+// a registered storage is recorded like a forward op; replayed with grad mode off, it
+// rebuilds the same bytes (the same rules hold: random ops keep their generator state,
+// nondeterministic ones are not recorded). An op that reads only what is not a node
+// (parameters, inputs: an EMA teacher's forward, the optimizer's step) is not, so the
+// per-op path costs nothing more there. Not under inference mode, whose tensors the
+// program does not keep for backward.
 
 // Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
 template <typename Fn>
@@ -271,7 +287,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool replayable =
       !foreign && (!info.nondeterministic || at::globalContext().deterministicAlgorithms());
   const bool writes_node = !targets.empty();
-  const bool creates = replayable && !writes_node && may_create && !info.aliases_only;
+  // See Note [What no_grad derives].
+  const bool derives = !grad_mode && task == -1 && !used.empty() && !c10::InferenceMode::is_enabled();
+  const bool creates = replayable && !writes_node && (may_create || derives) && !info.aliases_only;
   bool extends = writes_node && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
   for (const c10::StorageImpl* key : written_keys)  // what else it writes first

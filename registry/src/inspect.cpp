@@ -46,6 +46,18 @@ std::string Registry::stats_json() {
   return out + "}";
 }
 
+std::string Registry::replays_json() {
+  Lock lock(mu_);
+  std::string out = "{";
+  for (const auto& [name, count] : replays_by_op_) {
+    if (out.size() > 1) out += ",";
+    // Operator names are identifiers and dots: nothing to escape.
+    out += "\"" + name.name + (name.overload_name.empty() ? "" : "." + name.overload_name) +
+           "\":" + std::to_string(count);
+  }
+  return out + "}";
+}
+
 std::vector<Handle> Registry::handles() {
   Lock lock(mu_);
   std::vector<Handle> out;

@@ -17,7 +17,9 @@ namespace {
 
 // A chain longer than this is frozen: replaying it would cost more than it saves.
 constexpr std::size_t kMaxChain = 8;
-// The "model" cost weighs FLOPs against bytes at this arithmetic intensity.
+// The "model" cost weighs FLOPs against bytes at this arithmetic intensity. On an H100,
+// 8 and 256 chose other victims and gave the same step time under recompute at half the
+// peak (docs/results/notebook.md, "Which ops recompute replays").
 constexpr double kFlopsPerByte = 64.0;
 
 }  // namespace
@@ -49,6 +51,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   by_key_.clear();
   leaf_readers_.clear();
   counters_ = Counters{};
+  replays_by_op_.clear();
   next_sweep_ = kSweepEvery;
   last_evict_sweep_ = -1;
   deaths_seen_ = api.freed_marked_count(engine);

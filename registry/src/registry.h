@@ -170,6 +170,10 @@ class Registry {
   bool node_info(Handle handle, NodeInfo* out);
   Handle handle_of(const void* storage_impl);
   std::string check_invariants();
+  // How many times each op was replayed since start() (creations, in-place steps and the
+  // replays nested in them alike), as a JSON object {"aten::mm": 12, ...}: what recompute
+  // spends its time on, and so which of the model's tensors it chose to drop.
+  std::string replays_json();
   void set_copy_bandwidth(double bytes_per_s);
   // bench_remat's floor: per op, allocated bytes at the op's peak less the bytes of
   // recomputable resident storages it does not read. See tools/bench_remat.py.
@@ -412,6 +416,7 @@ class Registry {
   std::uint64_t deaths_seen_ = 0;               // guarded by mu_; freed_marked_count read
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
+  std::unordered_map<c10::OperatorName, std::int64_t> replays_by_op_;  // guarded by mu_
   std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
   // walk_readers_locked's (guarded by mu_): its stamp and its work list, each entry a
   // node whose readers are next, or (node null) a range of frontiers_.

@@ -246,6 +246,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
     at::AutoGradMode grad_mode(rec.grad_mode);
     rec.op.callBoxed(stack);
   }
+  ++replays_by_op_[rec.op.operator_name()];  // See Registry::replays_json
   return tensors_of(stack);
 }
 

@@ -24,6 +24,11 @@ def random_ops_replay_bit_for_bit() -> None:
         torch.randn(10)                                 # moves the generator on
         assert torch.equal(y, want_y) and torch.equal(z, want_z)
         assert reg.recomputes >= 2
+        # Each replayed op is counted under its name: what recompute spent its time on.
+        replays = reg.replays_by_op()
+        assert replays.get("aten::bernoulli_.float", 0) >= 1, replays
+        assert replays.get("aten::mul.Tensor", 0) >= 1, replays
+        assert sum(replays.values()) >= reg.recomputes, (replays, reg.recomputes)
 
 
 def readers_of_an_earlier_version_stay_recomputable() -> None:
@@ -86,6 +91,84 @@ def what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit()
     saved, _, got, stats = step(True)
     assert stats["recomputes"] > 0, stats
     assert all(torch.equal(g, h) for g, h in zip(want, got))
+
+
+class _ScaledTanh(torch.autograd.Function):
+    """A custom Function: its forward runs with grad mode off and saves its output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x) * 1.7
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        y, = ctx.saved_tensors
+        return gy * (1.7 - y * y / 1.7)
+
+
+def what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(256, 256)
+    w = torch.randn(256, 256, requires_grad=True)
+
+    def step(evict):
+        w.grad = None
+        with pyalloc.recompute() as reg:
+            h = x @ w
+            y = _ScaledTanh.apply(h)          # made with grad mode off, saved for backward
+            with torch.no_grad():
+                z = h * 2                     # reads an activation: derived from it
+                from_param = w * 2            # reads only a parameter: not recorded
+            with torch.inference_mode():
+                inferred = h * 3              # inference mode: never recorded
+            nodes = [reg.node_of(t) for t in (y, z, from_param, inferred)]
+            want_z = z.clone()
+            if evict:
+                assert reg.evict([nodes[0].handle, nodes[1].handle]) == 2
+                assert nodes[0].evicted and nodes[1].evicted
+            (y * y).sum().backward()
+            got_z = z.clone()
+            stats = reg.stats()
+        return nodes, w.grad.clone(), want_z, got_z, stats
+
+    nodes, want, want_z, _, _ = step(False)
+    assert nodes[0] is not None and nodes[1] is not None, nodes
+    assert nodes[2] is None and nodes[3] is None, nodes
+    _, got, _, got_z, stats = step(True)
+    assert stats["recomputes"] >= 2, stats
+    assert torch.equal(want, got) and torch.equal(want_z, got_z)
+
+
+def what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(256, 256, requires_grad=True)
+    w = torch.randn(256, 256, requires_grad=True)
+
+    def step(evict):
+        x.grad = w.grad = None
+        with pyalloc.recompute() as reg:
+            y = torch.tanh(x @ w)
+            # A gradient penalty: the pass builds a graph, and its result and what that
+            # graph saved are read by the next backward.
+            g, = torch.autograd.grad((y * y).sum(), x, create_graph=True)
+            node = reg.node_of(g)
+            chain = node.chain if node is not None else 0
+            want_g = g.detach().clone()
+            if evict:
+                assert reg.evict(list(reg.nodes)) > 0
+                assert node.evicted
+            assert torch.equal(g, want_g)
+            ((g * g).sum() + y.sum()).backward()
+            stats = reg.stats()
+        return chain, [x.grad.clone(), w.grad.clone()], stats
+
+    chain, want, _ = step(False)
+    assert chain >= 1    # a node with lineage, not a frozen or forgotten storage
+    _, got, stats = step(True)
+    assert stats["recomputes"] > 0, stats
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 def gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind() -> None:
@@ -254,6 +337,8 @@ if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
           what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit,
+          what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit,
+          what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
           what_backward_creates_is_evicted_and_recomputed_bit_for_bit,
