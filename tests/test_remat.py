@@ -86,6 +86,13 @@ def test_what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bi
              "what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit")
 
 
+def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
+    # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
+    # write); parameters and statistics made by fills stay plain. See Note [Fills a write
+    # makes activations] in registry/src/dispatch.cpp.
+    run_unit("remat_units", "a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit")
+
+
 def test_gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind():
     # Autograd sums a skip connection's two gradients in place, into the one that came
     # down the skip, after the branch read it: a cycle of readers through an earlier

@@ -105,6 +105,23 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
   reg.run_op(op, below, stack, info);
 }
 
+// Note [Fills a write makes activations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `out = torch.zeros(...); out[:, :k] = f(x)` — a buffer filled by a factory, then written
+// with activations: a Fourier layer's spectrum, a mixture of experts' outputs, padding. The
+// factory reads nothing that requires grad, so the forward rule records nothing, the write
+// lands in a storage that is no node (so it cannot be followed), and every op that reads the
+// buffer holds it as a leaf: it could never leave, and lineage kept it alive. Making every
+// factory's result a node would make parameters and buffers nodes too (a bias made by
+// torch.zeros at init, then written by the optimizer). So a fill's result (zeros, ones,
+// full, arange, the random factories and their _like and new_ forms; OpInfo::fill), made
+// with grad mode on outside backward, is only remembered, with its recording: when an op
+// that may make an activation (grad mode on, an input that requires grad) reads or writes
+// it, it becomes a node whose first step is the fill, version 0, before that op is looked
+// at — so a write extends its chain and a read records a reference. Any other write
+// forgets it (its contents are no longer the fill's). `empty` is no fill: what it returns
+// is whatever was in memory, which a replay would not reproduce.
+
 // Note [What no_grad derives]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // With grad mode off nothing requires grad, so the forward rule records nothing — yet what
@@ -145,6 +162,29 @@ std::mutex g_library_mu;
 torch::Library* g_library = nullptr;  // guarded by g_library_mu; never destroyed (as registry())
 
 }  // namespace
+
+void Registry::promote_fills_locked(const OpInfo& info, c10::ArrayRef<c10::IValue> arguments) {
+  KeyList written;
+  for (std::uint16_t pos : info.written)
+    if (pos < arguments.size())
+      for_each_tensor(arguments[pos], [&](const at::Tensor& t) {
+        if (const c10::StorageImpl* key = storage_of(t)) written.push_back(key);
+      });
+  for (const c10::IValue& v : arguments) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      const c10::StorageImpl* key = storage_of(t);
+      if (!key || !fills_.count(key) || by_key_locked(key)) return;
+      // A parameter (read whole or through a view): never a node.
+      const at::TensorBase& base = t.is_view() ? t._base() : static_cast<const at::TensorBase&>(t);
+      if (base.is_leaf() && base.requires_grad()) return forget_fill_locked(key);
+      // Written by an op that is not an in-place op on it (batch norm's statistics): the
+      // write forgets it.
+      const bool writes = std::find(written.begin(), written.end(), key) != written.end();
+      if (writes && !info.aliases_only) return;
+      promote_fill_locked(key);
+    });
+  }
+}
 
 std::string register_fallback() {
   std::lock_guard<std::mutex> lock(g_library_mu);
@@ -199,7 +239,12 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       read_keys.push_back(key);
     });
   }
-  if (read_keys.empty()) return pass_through(op, ks, stack);
+  // A fill (Note [Fills a write makes activations]) reads nothing, or nothing but shapes.
+  const auto fill_allowed = [&] {
+    return info.fill && !foreign && at::GradMode::is_enabled() &&
+           torch::autograd::get_current_graph_task_id() == -1 && !c10::InferenceMode::is_enabled();
+  };
+  if (read_keys.empty() && !fill_allowed()) return pass_through(op, ks, stack);
   // Whether the op may make an activation (what else decides is looked at below). One that
   // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
   // could not be trusted), but what it reads of the plain kind is still restored and
@@ -209,6 +254,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
   const bool grad_mode = at::GradMode::is_enabled();
   const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
+  const bool fills = info.fill && fill_allowed();
 
   // Outlives the lock: its recording is let go outside it (Note [Releasing outside the
   // lock] in registry.h).
@@ -234,6 +280,10 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   notice_deaths_locked(/*all=*/false);
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
+  // A fill this op reads or writes becomes a node first when the op may make an activation
+  // (Note [Fills a write makes activations]).
+  if (!fills_.empty() && grad_mode && task == -1 && requires_grad && !foreign)
+    promote_fills_locked(info, arguments);
   NodeList used;
   for (const c10::StorageImpl* key : read_keys) {
     Node* node = by_key_locked(key);
@@ -241,7 +291,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // Most ops of a step read no registered storage, write nothing and make no activation
   // (backward's, the optimizer's on tensors nothing recorded read): nothing to do.
-  if (used.empty() && !may_create && info.written.empty() && !floor_probe_) {
+  if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills) {
     lock.unlock();
     return pass_through(op, ks, stack);
   }
@@ -277,6 +327,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
         return;
       written_keys.push_back(key);
       Node* node = by_key_locked(key);
+      if (!node && !fills_.empty()) forget_fill_locked(key);  // its contents are not the fill's now
       if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
         targets.push_back(node);
     });
@@ -298,7 +349,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     extends = !targets.front()->frozen;
     invalidate_readers(lock, chained, /*keep=*/extends);
   }
-  if (creates || extends) {
+  const bool remembers = fills && !creates && !writes_node;
+  if (creates || extends || remembers) {
     pending.emplace();
     pending->task = task;
     pending->grad_mode = grad_mode;
@@ -358,6 +410,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   pins.release();
   if (writes_node) record_mutation_locked(extends ? &*pending : nullptr, targets, elapsed_ns);
   if (creates) record_creation_locked(*pending, read_keys, torch::jit::last(*stack, info.num_returns), elapsed_ns);
+  if (remembers) remember_fill_locked(*pending, torch::jit::last(*stack, info.num_returns), elapsed_ns);
 }
 
 }  // namespace pyalloc::registry

@@ -230,7 +230,20 @@ void Registry::collect() {
   sweep_locked(/*tidy=*/true);
 }
 
+void Registry::drop_fills_locked(bool all) {
+  for (auto it = fills_.begin(); it != fills_.end();) {
+    if (all || it->second.weak.expired()) {
+      graveyard_.push_back(std::move(it->second.rec));  // Note [Releasing outside the lock]
+      buried_.store(true, std::memory_order_relaxed);
+      it = fills_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Registry::sweep_locked(bool tidy) {
+  drop_fills_locked(/*all=*/false);
   std::vector<Node*> order;
   order.reserve(nodes_.size());
   for (Node* node = nodes_.oldest(); node; node = node->newer) order.push_back(node);

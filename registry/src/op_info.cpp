@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pyalloc::registry {
 namespace {
@@ -86,6 +87,14 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
                                                          return r.alias_info() != nullptr;
                                                        });
   info->flops = flops_kind(base);
+  static const std::unordered_set<std::string> kFills = {
+      "aten::zeros",     "aten::ones",       "aten::full",        "aten::arange",
+      "aten::linspace",  "aten::logspace",   "aten::eye",         "aten::scalar_tensor",
+      "aten::rand",      "aten::randn",      "aten::randint",     "aten::randperm",
+      "aten::zeros_like", "aten::ones_like", "aten::full_like",   "aten::rand_like",
+      "aten::randn_like", "aten::randint_like", "aten::new_zeros", "aten::new_ones",
+      "aten::new_full"};
+  info->fill = !info->aliases_only && info->num_returns == 1 && kFills.count(base) != 0;
   return info;
 }
 

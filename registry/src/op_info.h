@@ -31,6 +31,10 @@ struct OpInfo {
   bool aliases_only = false;
   bool random = false;            // tag nondeterministic_seeded: replayed under saved RNG state
   bool nondeterministic = false;  // tag nondeterministic_bitwise: replay may differ
+  // Fills a new tensor whose contents do not depend on any tensor's values (zeros, ones,
+  // full, arange, the random factories, their _like and new_ forms; not empty, whose
+  // contents are whatever was there). See Note [Fills a write makes activations].
+  bool fill = false;
   // Positions of the arguments the op writes: those its schema marks (a!), and the
   // running statistics batch norms update behind a schema that does not say so.
   std::vector<std::uint16_t> written;

@@ -52,6 +52,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   leaf_readers_.clear();
   counters_ = Counters{};
   replays_by_op_.clear();
+  fills_.clear();
   next_sweep_ = kSweepEvery;
   last_evict_sweep_ = -1;
   deaths_seen_ = api.freed_marked_count(engine);
@@ -104,6 +105,7 @@ std::string Registry::stop() {
     forget_locked(node);
   }
   leaf_readers_.clear();
+  drop_fills_locked(/*all=*/true);
   by_ordinal_.clear();
   open_tasks_.clear();
   backward_nodes_.clear();
@@ -297,27 +299,74 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   if (backward)
     for (const Node* input : pending.inputs)
       if (input->backward && input->lineage()) inherited += input->cost;
-  for (std::uint32_t i : fresh) {
-    Node* node = nodes_.create(results[i]->unsafeGetTensorImpl()->unsafe_storage());
-    node->steps.push_back(Step{pending.rec, i});
-    node->cost = rec.cost + inherited;
-    node->backward = backward;
-    by_key_[node->key] = node;
-    if (can_swap_ && !in_backward_) {
-      node->ordinal = ordinal_++;
-      by_ordinal_[node->ordinal] = node->handle;
-      if (settings_.policy == Policy::kHybrid) {
-        node->last_use_ns = now_ns();
-        node->waited_ns = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
-      }
+  for (std::uint32_t i : fresh)
+    make_node_locked(results[i]->unsafeGetTensorImpl()->unsafe_storage(), Step{pending.rec, i},
+                     rec.cost + inherited, pending.task, pending.inputs, pending.leaves);
+}
+
+Node* Registry::make_node_locked(const c10::Storage& storage, Step step, double cost,
+                                 std::int64_t task, c10::ArrayRef<Node*> inputs,
+                                 c10::ArrayRef<const c10::StorageImpl*> leaves) {
+  const bool backward = task != -1;
+  Node* node = nodes_.create(storage);
+  node->steps.push_back(std::move(step));
+  node->cost = cost;
+  node->backward = backward;
+  by_key_[node->key] = node;
+  if (can_swap_ && !in_backward_) {
+    node->ordinal = ordinal_++;
+    by_ordinal_[node->ordinal] = node->handle;
+    if (settings_.policy == Policy::kHybrid) {
+      node->last_use_ns = now_ns();
+      node->waited_ns = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
     }
-    add_reader_locked(node, pending.inputs, pending.leaves);
-    if (backward) {  // See Note [Backward nodes] in backward.cpp
-      backward_nodes_.emplace_back(pending.task, node->handle);
-      ++counters_.backward_nodes;
-    }
-    mark_locked(node);
   }
+  add_reader_locked(node, inputs, leaves);
+  if (backward) {  // See Note [Backward nodes] in backward.cpp
+    backward_nodes_.emplace_back(task, node->handle);
+    ++counters_.backward_nodes;
+  }
+  mark_locked(node);
+  return node;
+}
+
+// --- fills (Note [Fills a write makes activations]) ---------------------------------------
+
+void Registry::remember_fill_locked(Pending& pending, c10::ArrayRef<c10::IValue> outputs,
+                                    std::int64_t elapsed_ns) {
+  // Not before the first node: a model built under the policy fills its parameters and
+  // buffers then (Note [Fills a write makes activations]).
+  if (nodes_.size() == 0 || !pending.inputs.empty() || outputs.empty() || !outputs[0].isTensor())
+    return;
+  const at::Tensor& out = outputs[0].toTensor();
+  c10::StorageImpl* key = storage_of(out);
+  if (!key || out.device().type() != settings_.device_type || by_key_.count(key) ||
+      key->nbytes() < settings_.min_bytes || !key->resizable())
+    return;
+  const at::Tensor* results[] = {&out};
+  pending.rec->cost = cost_locked(pending, results, elapsed_ns);
+  fills_.insert_or_assign(key, Fill{out.storage().getWeakStorageImpl(), pending.rec,
+                                    pending.leaves});
+}
+
+void Registry::forget_fill_locked(const c10::StorageImpl* key) {
+  auto it = fills_.find(key);
+  if (it == fills_.end()) return;
+  graveyard_.push_back(std::move(it->second.rec));  // Note [Releasing outside the lock]
+  buried_.store(true, std::memory_order_relaxed);
+  fills_.erase(it);
+}
+
+Node* Registry::promote_fill_locked(const c10::StorageImpl* key) {
+  auto it = fills_.find(key);
+  if (it == fills_.end()) return nullptr;
+  Fill fill = std::move(it->second);
+  fills_.erase(it);
+  c10::intrusive_ptr<c10::StorageImpl> storage = fill.weak.lock();
+  if (!storage) return nullptr;  // it died; the address is another storage's now
+  const double cost = fill.rec->cost;
+  return make_node_locked(c10::Storage(std::move(storage)), Step{std::move(fill.rec), 0}, cost,
+                          /*task=*/-1, {}, fill.leaves);
 }
 
 bool Registry::extends_chain_locked(c10::ArrayRef<Node*> targets, bool replayable) const {

@@ -261,6 +261,21 @@ class Registry {
   void record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> targets,
                               std::int64_t elapsed_ns);
   void add_reader_locked(Node* reader, c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
+  // A new node for `storage`, made by `step`, read from `inputs` and `leaves`; `task` is
+  // the autograd graph task it was made in (-1: none). Offered to the engine.
+  Node* make_node_locked(const c10::Storage& storage, Step step, double cost, std::int64_t task,
+                         c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
+  // Note [Fills a write makes activations] (dispatch.cpp): a fill op's result, remembered
+  // with its recording; and the node it becomes when an op that may make an activation
+  // reads or writes it (null if it is not remembered or died).
+  void remember_fill_locked(Pending& pending, c10::ArrayRef<c10::IValue> outputs,
+                            std::int64_t elapsed_ns);
+  Node* promote_fill_locked(const c10::StorageImpl* key);
+  // The fills `arguments` read or write that become nodes before the op (dispatch.cpp).
+  void promote_fills_locked(const OpInfo& info, c10::ArrayRef<c10::IValue> arguments);
+  void forget_fill_locked(const c10::StorageImpl* key);
+  // Lets go of the fills that died (all of them: `all`), their recordings buried.
+  void drop_fills_locked(bool all);
   // The cost of bringing back a storage `pending`'s op made (Settings::cost's unit).
   double cost_locked(const Pending& pending, c10::ArrayRef<const at::Tensor*> outputs,
                      std::int64_t elapsed_ns) const;
@@ -405,6 +420,14 @@ class Registry {
   // last reference goes, deliberately not under mu_ (Note [Releasing outside the lock]).
   LockedFreeList recordings_;
   ska::flat_hash_map<const c10::StorageImpl*, Node*> by_key_;  // guarded by mu_
+  // Fills not yet read or written by an op that may make an activation (guarded by mu_;
+  // the weak reference keeps the StorageImpl's address from being reused while listed).
+  struct Fill {
+    c10::weak_intrusive_ptr<c10::StorageImpl> weak;
+    std::shared_ptr<Recording> rec;
+    KeyList leaves;
+  };
+  ska::flat_hash_map<const c10::StorageImpl*, Fill> fills_;
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
   ska::flat_hash_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;

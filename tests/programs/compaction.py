@@ -43,7 +43,9 @@ def main() -> None:
             parts.append(p)
         keep = parts[0::2]
         views = [p[10:20].view(2, 5).t() for p in keep]
-        with torch.no_grad():
+        # Copies the registry does not see: a clone of a node made under no_grad would be a
+        # node itself (Note [What no_grad derives]), evictable, and make the hole.
+        with torch.no_grad(), reg.paused():
             want = [p.clone() for p in keep]
             want_views = [v.clone() for v in views]
         del parts, p

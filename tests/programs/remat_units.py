@@ -171,6 +171,44 @@ def what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+def a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(256, 256)
+    w = torch.randn(256, 256, requires_grad=True)
+
+    def step(evict):
+        w.grad = None
+        with pyalloc.recompute() as reg:
+            h = x @ w
+            # Made while activations exist: a zero-initialized parameter and a buffer of
+            # statistics stay plain.
+            param = torch.nn.Parameter(torch.zeros(256, 512))
+            stat = torch.zeros(512)
+            out = torch.zeros(256, 512)
+            out[:, :256] = h * 2               # written with an activation: a node
+            mask = torch.ones(256, 512)        # read by an op that makes an activation
+            y = out * mask + param.t().t()     # (the parameter read through views)
+            with torch.no_grad():
+                stat.add_(y.mean(0))           # a write the lineage does not follow
+            plain = torch.zeros(256, 512)      # never touched by an activation
+            plain.add_(1)
+            nodes = [reg.node_of(t) for t in (out, mask, param, stat, plain)]
+            want = out.detach().clone()
+            if evict:
+                assert reg.evict([nodes[0].handle, nodes[1].handle]) == 2
+                assert nodes[0].evicted and nodes[1].evicted
+            assert torch.equal(out, want)
+            (y * y).sum().backward()
+            stats = reg.stats()
+        return [n is not None for n in nodes], w.grad.clone(), stats
+
+    made, want, _ = step(False)
+    assert made == [True, True, False, False, False], made
+    _, got, stats = step(True)
+    assert stats["recomputes"] >= 2, stats
+    assert torch.equal(want, got)
+
+
 def gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind() -> None:
     torch.manual_seed(0)
     lin1, lin2, lin3 = (torch.nn.Linear(256, 256) for _ in range(3))
@@ -339,6 +377,7 @@ if __name__ == "__main__":
           what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit,
           what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit,
           what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit,
+          a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
           what_backward_creates_is_evicted_and_recomputed_bit_for_bit,
