@@ -288,6 +288,12 @@ def test_a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing(
              "a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing")
 
 
+def test_what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit():
+    # Under swap and hybrid a gradient made inside the pass is a node without lineage: it
+    # can be swapped out and comes back bit for bit. See Note [Backward nodes].
+    run_unit("swap_units", "what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit")
+
+
 def test_a_full_host_pool_without_lineage_to_fall_back_on_is_an_oom_naming_the_pool():
     out = run_program("host_pool_full_oom")
     assert "oom: pyalloc: out of memory" in out

@@ -23,13 +23,19 @@
 // (except in a pass that builds a graph: Note [Passes that build a graph]). A pass that ends by an exception runs no final callback: the owner thread's first op
 // outside any graph task settles what such passes left.
 //
-// Under recompute only. Under swap and hybrid the pass's ops are not recorded (their
-// pass still ends here, which ends the swap iteration): a gradient is read again within
-// the pass, soon, so a copy has no gap to hide in and the prefetcher, which follows the
-// last iteration's forward order, does not know it; and recomputing it there means
-// replaying forward activations those policies just swapped out. Measured on the CNN at
-// 0.35 of its peak: the prefetch hit rate fell from 54% to 48%, and with a 4 MiB host pool
-// the replays of dead chains took turns evicting each other until the budget ran out.
+// With lineage under recompute only. Under swap and hybrid what the pass makes is a node
+// without lineage (record_bare_locked: frozen from the start, no recording, no readers), so
+// it leaves only as a host copy and comes back by one: recorded with lineage, a gradient
+// was read again within the pass, soon, so a copy had no gap to hide in and the
+// prefetcher, which follows the last iteration's forward order, did not know it; and
+// recomputing it meant replaying forward activations those policies had just swapped out
+// (measured on the CNN at 0.35 of its peak: the prefetch hit rate fell from 54% to 48%, and
+// with a 4 MiB host pool the replays of dead chains took turns evicting each other until
+// the budget ran out). Not recorded at all, a backward-heavy peak could not be served (a
+// WGAN-GP critic's second backward at half its peak). Frozen after being recorded, the
+// nodes its ops read were held by the registry (nothing could rebuild them) and the
+// unconstrained peak grew 20-32%; nothing in a plain pass records a reader of a bare
+// node, so nothing holds it.
 //
 // Note [Passes that build a graph]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -254,6 +254,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
   const bool grad_mode = at::GradMode::is_enabled();
   const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
+  // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
+  // [Backward nodes] in backward.cpp.
+  const bool bare = !foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only;
   const bool fills = info.fill && fill_allowed();
 
   // Outlives the lock: its recording is let go outside it (Note [Releasing outside the
@@ -291,7 +294,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // Most ops of a step read no registered storage, write nothing and make no activation
   // (backward's, the optimizer's on tensors nothing recorded read): nothing to do.
-  if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills) {
+  if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills && !bare) {
     lock.unlock();
     return pass_through(op, ks, stack);
   }
@@ -411,6 +414,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (writes_node) record_mutation_locked(extends ? &*pending : nullptr, targets, elapsed_ns);
   if (creates) record_creation_locked(*pending, read_keys, torch::jit::last(*stack, info.num_returns), elapsed_ns);
   if (remembers) remember_fill_locked(*pending, torch::jit::last(*stack, info.num_returns), elapsed_ns);
+  if (bare && !writes_node) record_bare_locked(task, read_keys, torch::jit::last(*stack, info.num_returns));
 }
 
 }  // namespace pyalloc::registry

@@ -330,6 +330,27 @@ Node* Registry::make_node_locked(const c10::Storage& storage, Step step, double 
   return node;
 }
 
+void Registry::record_bare_locked(std::int64_t task, KeyList& read_keys,
+                                  c10::ArrayRef<c10::IValue> outputs) {
+  for (const c10::IValue& v : outputs) {
+    if (!v.isTensor()) continue;
+    const at::Tensor& o = v.toTensor();
+    c10::StorageImpl* key = storage_of(o);
+    if (!key || o.device().type() != settings_.device_type) continue;
+    if (key->nbytes() < settings_.min_bytes || !key->resizable()) continue;
+    if (std::find(read_keys.begin(), read_keys.end(), key) != read_keys.end()) continue;
+    if (by_key_.count(key)) continue;
+    read_keys.push_back(key);
+    Node* node = nodes_.create(o.storage());
+    node->frozen = true;  // no lineage: it leaves only as a host copy
+    node->backward = true;
+    by_key_[key] = node;
+    backward_nodes_.emplace_back(task, node->handle);
+    ++counters_.backward_nodes;
+    mark_locked(node);
+  }
+}
+
 // --- fills (Note [Fills a write makes activations]) ---------------------------------------
 
 void Registry::remember_fill_locked(Pending& pending, c10::ArrayRef<c10::IValue> outputs,

@@ -265,6 +265,9 @@ class Registry {
   // the autograd graph task it was made in (-1: none). Offered to the engine.
   Node* make_node_locked(const c10::Storage& storage, Step step, double cost, std::int64_t task,
                          c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
+  // Under swap and hybrid, what an op in a backward pass made (`outputs`): nodes without
+  // lineage, which leave only as host copies (Note [Backward nodes] in backward.cpp).
+  void record_bare_locked(std::int64_t task, KeyList& read_keys, c10::ArrayRef<c10::IValue> outputs);
   // Note [Fills a write makes activations] (dispatch.cpp): a fill op's result, remembered
   // with its recording; and the node it becomes when an op that may make an activation
   // reads or writes it (null if it is not remembered or died).
