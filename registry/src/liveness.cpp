@@ -231,15 +231,8 @@ void Registry::collect() {
 }
 
 void Registry::drop_fills_locked(bool all) {
-  for (auto it = fills_.begin(); it != fills_.end();) {
-    if (all || it->second.weak.expired()) {
-      graveyard_.push_back(std::move(it->second.rec));  // Note [Releasing outside the lock]
-      buried_.store(true, std::memory_order_relaxed);
-      it = fills_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (auto it = fills_.begin(); it != fills_.end();)
+    it = all || it->second.weak.expired() ? bury_fill_locked(it) : std::next(it);
 }
 
 void Registry::sweep_locked(bool tidy) {

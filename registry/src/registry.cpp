@@ -276,17 +276,10 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
     }
   }
   for (const at::Tensor& t : listed) results.push_back(&t);
-  // New storages on the managed device: not a view of an input, not known already, not
-  // small, and freeable.
   c10::SmallVector<std::uint32_t, 4> fresh;
   for (std::uint32_t i = 0; i < results.size(); ++i) {
-    const at::Tensor& o = *results[i];
-    c10::StorageImpl* key = storage_of(o);
-    if (!key || o.device().type() != settings_.device_type) continue;
-    if (key->nbytes() < settings_.min_bytes || !key->resizable()) continue;
-    if (std::find(read_keys.begin(), read_keys.end(), key) != read_keys.end()) continue;
-    if (by_key_.count(key)) continue;
-    read_keys.push_back(key);  // two results on one storage make one node
+    if (!can_become_node_locked(*results[i], read_keys)) continue;
+    read_keys.push_back(storage_of(*results[i]));  // two results on one storage make one node
     fresh.push_back(i);
   }
   if (fresh.empty()) return;
@@ -304,12 +297,26 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
                      rec.cost + inherited, pending.task, pending.inputs, pending.leaves);
 }
 
-Node* Registry::make_node_locked(const c10::Storage& storage, Step step, double cost,
-                                 std::int64_t task, c10::ArrayRef<Node*> inputs,
+bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const {
+  // A new storage on the managed device: not a view of an input, not known already, not
+  // small, and freeable.
+  const c10::StorageImpl* key = storage_of(result);
+  return key && result.device().type() == settings_.device_type &&
+         key->nbytes() >= settings_.min_bytes && key->resizable() &&
+         std::find(read_keys.begin(), read_keys.end(), key) == read_keys.end() &&
+         !by_key_.count(key);
+}
+
+Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step> step,
+                                 double cost, std::int64_t task, c10::ArrayRef<Node*> inputs,
                                  c10::ArrayRef<const c10::StorageImpl*> leaves) {
   const bool backward = task != -1;
   Node* node = nodes_.create(storage);
-  node->steps.push_back(std::move(step));
+  if (step) {
+    node->steps.push_back(std::move(*step));
+  } else {
+    node->frozen = true;  // no lineage: it can leave only as a host copy
+  }
   node->cost = cost;
   node->backward = backward;
   by_key_[node->key] = node;
@@ -333,21 +340,9 @@ Node* Registry::make_node_locked(const c10::Storage& storage, Step step, double 
 void Registry::record_bare_locked(std::int64_t task, KeyList& read_keys,
                                   c10::ArrayRef<c10::IValue> outputs) {
   for (const c10::IValue& v : outputs) {
-    if (!v.isTensor()) continue;
-    const at::Tensor& o = v.toTensor();
-    c10::StorageImpl* key = storage_of(o);
-    if (!key || o.device().type() != settings_.device_type) continue;
-    if (key->nbytes() < settings_.min_bytes || !key->resizable()) continue;
-    if (std::find(read_keys.begin(), read_keys.end(), key) != read_keys.end()) continue;
-    if (by_key_.count(key)) continue;
-    read_keys.push_back(key);
-    Node* node = nodes_.create(o.storage());
-    node->frozen = true;  // no lineage: it leaves only as a host copy
-    node->backward = true;
-    by_key_[key] = node;
-    backward_nodes_.emplace_back(task, node->handle);
-    ++counters_.backward_nodes;
-    mark_locked(node);
+    if (!v.isTensor() || !can_become_node_locked(v.toTensor(), read_keys)) continue;
+    read_keys.push_back(storage_of(v.toTensor()));
+    make_node_locked(v.toTensor().storage(), std::nullopt, 0, task, {}, {});
   }
 }
 
@@ -360,22 +355,22 @@ void Registry::remember_fill_locked(Pending& pending, c10::ArrayRef<c10::IValue>
   if (nodes_.size() == 0 || !pending.inputs.empty() || outputs.empty() || !outputs[0].isTensor())
     return;
   const at::Tensor& out = outputs[0].toTensor();
-  c10::StorageImpl* key = storage_of(out);
-  if (!key || out.device().type() != settings_.device_type || by_key_.count(key) ||
-      key->nbytes() < settings_.min_bytes || !key->resizable())
-    return;
+  if (!can_become_node_locked(out, KeyList{})) return;
   const at::Tensor* results[] = {&out};
   pending.rec->cost = cost_locked(pending, results, elapsed_ns);
-  fills_.insert_or_assign(key, Fill{out.storage().getWeakStorageImpl(), pending.rec,
-                                    pending.leaves});
+  fills_.insert_or_assign(storage_of(out), Fill{out.storage().getWeakStorageImpl(), pending.rec,
+                                                pending.leaves});
+}
+
+Registry::Fills::iterator Registry::bury_fill_locked(Fills::iterator it) {
+  graveyard_.push_back(std::move(it->second.rec));  // Note [Releasing outside the lock]
+  buried_.store(true, std::memory_order_relaxed);
+  return fills_.erase(it);
 }
 
 void Registry::forget_fill_locked(const c10::StorageImpl* key) {
   auto it = fills_.find(key);
-  if (it == fills_.end()) return;
-  graveyard_.push_back(std::move(it->second.rec));  // Note [Releasing outside the lock]
-  buried_.store(true, std::memory_order_relaxed);
-  fills_.erase(it);
+  if (it != fills_.end()) bury_fill_locked(it);
 }
 
 Node* Registry::promote_fill_locked(const c10::StorageImpl* key) {

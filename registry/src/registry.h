@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -261,10 +262,16 @@ class Registry {
   void record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> targets,
                               std::int64_t elapsed_ns);
   void add_reader_locked(Node* reader, c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
-  // A new node for `storage`, made by `step`, read from `inputs` and `leaves`; `task` is
-  // the autograd graph task it was made in (-1: none). Offered to the engine.
-  Node* make_node_locked(const c10::Storage& storage, Step step, double cost, std::int64_t task,
-                         c10::ArrayRef<Node*> inputs, c10::ArrayRef<const c10::StorageImpl*> leaves);
+  // Whether `result`, one of an op's results, is a storage that may become a node: on the
+  // managed device, not one the op read (`read_keys`), not a node already, at least
+  // min_bytes, freeable.
+  bool can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const;
+  // A new node for `storage`, made by `step` (none: frozen, without lineage), read from
+  // `inputs` and `leaves`; `task` is the autograd graph task it was made in (-1: none).
+  // Offered to the engine.
+  Node* make_node_locked(const c10::Storage& storage, std::optional<Step> step, double cost,
+                         std::int64_t task, c10::ArrayRef<Node*> inputs,
+                         c10::ArrayRef<const c10::StorageImpl*> leaves);
   // Under swap and hybrid, what an op in a backward pass made (`outputs`): nodes without
   // lineage, which leave only as host copies (Note [Backward nodes] in backward.cpp).
   void record_bare_locked(std::int64_t task, KeyList& read_keys, c10::ArrayRef<c10::IValue> outputs);
@@ -430,7 +437,10 @@ class Registry {
     std::shared_ptr<Recording> rec;
     KeyList leaves;
   };
-  ska::flat_hash_map<const c10::StorageImpl*, Fill> fills_;
+  using Fills = ska::flat_hash_map<const c10::StorageImpl*, Fill>;
+  Fills fills_;
+  // Erases a fill, its recording buried (Note [Releasing outside the lock]); the next one.
+  Fills::iterator bury_fill_locked(Fills::iterator it);
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
   ska::flat_hash_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
