@@ -92,13 +92,17 @@ AT_THE_EDGE = {
                              "depending on when swap copies complete",
     ("zoo_gru_lm", "hybrid"): "at the edge of 0.4 of its peak: trains or runs out of memory "
                                "depending on when swap copies complete and on host time",
+    # Since what backward makes can leave as host copies (Note [Backward nodes]): trained in
+    # a clean CI run on 2026-11-26, out of memory on the dev VM the same hour.
+    ("zoo_mobilenet", "swap"): "at the edge of 0.4 of its peak: trains or runs out of memory "
+                                "depending on when swap copies complete",
+    ("zoo_mobilenet", "hybrid"): "at the edge of 0.4 of its peak: trains or runs out of memory "
+                                  "depending on when swap copies complete and on host time",
 }
 _FLOOR_BOUND = ("out of memory at 0.4 of the peak: its floor (what no victim choice can "
                 "free, bench_remat's floor under recompute) is 0.43")
 KNOWN_FAILURES = {
-    ("zoo_gru_lm", "recompute"): _SCATTERED + "; least budget 0.44, floor 0.33",
-    ("zoo_mobilenet", "swap"): _SCATTERED,
-    ("zoo_mobilenet", "hybrid"): _SCATTERED} | {
+    ("zoo_gru_lm", "recompute"): _SCATTERED + "; least budget 0.44, floor 0.33"} | {
     ("zoo_lstm_lm", policy): _FLOOR_BOUND for policy in POLICIES} | {
     ("zoo_densenet", "recompute"): _SCATTERED,
 }
