@@ -86,6 +86,14 @@ def test_what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bi
              "what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit")
 
 
+def test_what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit():
+    # torch.utils.checkpoint(use_reentrant=True) runs a backward pass inside backward: what
+    # survives the inner pass (the gradient it hands back) stays a node of the outer pass.
+    # See Note [Passes inside a pass] in registry/src/backward.cpp.
+    run_unit("remat_units",
+             "what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -51,6 +51,23 @@
 // replays with grad mode on, bit for bit. The program's own results (autograd.grad's, a
 // .grad with a graph) are such nodes too, and evictable like any activation it holds.
 //
+// Note [Passes inside a pass]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch.utils.checkpoint with use_reentrant=True (the default of many training scripts and
+// of older Hugging Face gradient checkpointing) runs, inside the outer backward pass, the
+// block's forward again and then a backward of its own: a second graph task, on the same
+// thread, that ends long before the outer one. What survives it is mostly the gradient
+// with respect to the block's input, which the checkpoint hands back to the outer pass as
+// the gradient flowing on — a whole activation's worth per block. Frozen and forgotten at
+// the inner pass's end, like the .grad a plain pass leaves, each of those sat on the device
+// as a storage no one could evict until the outer pass let it go (a six-block MLP with two
+// reentrant checkpoints at half its peak: out of memory in backward with such storages
+// among what could not leave). So a pass that begins while the thread's previous op ran in
+// another pass that is still open is taken to run inside it, and when it ends its
+// survivors are handed to that pass, nodes with their lineage, settled when it ends (a
+// parameter's .grad made inside is frozen then, before the optimizer reads it). Its dead
+// nodes that nothing reads go at once, as at any pass's end.
+//
 // What a backward recording keeps as a leaf (not a node) is what existed before the pass:
 // parameters, inputs, targets, forward tensors too small to be nodes; they are held until
 // the pass ends at the latest.
@@ -63,7 +80,7 @@
 
 namespace pyalloc::registry {
 
-void Registry::enter_backward_locked(std::int64_t task) {
+void Registry::enter_backward_locked(std::int64_t task, std::int64_t previous) {
   if (std::find(open_tasks_.begin(), open_tasks_.end(), task) != open_tasks_.end()) return;
   const std::uint64_t generation = generation_;
   try {
@@ -74,6 +91,10 @@ void Registry::enter_backward_locked(std::int64_t task) {
   }
   open_tasks_.push_back(task);
   in_backward_ = true;
+  // See Note [Passes inside a pass].
+  if (previous != -1 && previous != task &&
+      std::find(open_tasks_.begin(), open_tasks_.end(), previous) != open_tasks_.end())
+    enclosing_.emplace_back(task, previous);
 }
 
 void Registry::end_backward(std::int64_t task, std::uint64_t generation) {
@@ -92,6 +113,16 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   if (open == open_tasks_.end()) return;
   open_tasks_.erase(open);
   if (open_tasks_.empty()) end_iteration_locked();
+  std::int64_t outer = -1;  // the open pass this one ran inside: Note [Passes inside a pass]
+  for (auto it = enclosing_.begin(); it != enclosing_.end();) {
+    if (it->first == task) {
+      if (std::find(open_tasks_.begin(), open_tasks_.end(), it->second) != open_tasks_.end())
+        outer = it->second;
+      it = enclosing_.erase(it);
+    } else {
+      it = std::next(it);
+    }
+  }
   // The pass's nodes: the survivors (the program holds them) and the dead.
   // Other passes' nodes stay, in their order (a copy in place: no buffer, as
   // std::stable_partition would take on every pass).
@@ -109,6 +140,12 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     (node->dead ? dead.emplace_back(node->handle) : survivors.emplace_back(node->handle));
   }
   backward_nodes_.erase(kept, backward_nodes_.end());
+  if (outer != -1) {
+    // The enclosing pass adopts what survives; what only the dead read goes now.
+    for (Handle h : survivors) backward_nodes_.emplace_back(outer, h);
+    release_dead_locked(dead);
+    return;
+  }
   for (Handle& h : survivors) {
     Node* node = find_locked(h);
     if (!node || node->dead) continue;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "dispatch.h"
 #include "own_ops.h"
@@ -269,14 +270,21 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     return pass_through(op, ks, stack);
   }
   ++counters_.ops;
-  thread_local const std::uint64_t t_thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  // The thread's identity and the graph task of its previous op here (one thread-local).
+  struct ThreadSeen {
+    std::uint64_t id = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    std::int64_t task = -1;
+  };
+  thread_local ThreadSeen t_seen;
+  const std::uint64_t t_thread = t_seen.id;
+  const std::int64_t previous_task = std::exchange(t_seen.task, task);
   if (t_thread != owner_thread_ &&
       std::find(seen_threads_.begin(), seen_threads_.end(), t_thread) == seen_threads_.end()) {
     seen_threads_.push_back(t_thread);
     counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
   }
   if (task != -1) {
-    enter_backward_locked(task);
+    enter_backward_locked(task, previous_task);
   } else if (!open_tasks_.empty() && t_thread == owner_thread_) {
     end_stale_backwards_locked(lock);  // passes that ended by an exception
   }

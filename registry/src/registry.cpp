@@ -62,6 +62,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   by_ordinal_.clear();
   in_backward_ = false;
   open_tasks_.clear();
+  enclosing_.clear();
   backward_nodes_.clear();
   order_cur_.clear();
   order_prev_.clear();
@@ -108,6 +109,7 @@ std::string Registry::stop() {
   drop_fills_locked(/*all=*/true);
   by_ordinal_.clear();
   open_tasks_.clear();
+  enclosing_.clear();
   backward_nodes_.clear();
   return error;
 }

@@ -395,7 +395,9 @@ class Registry {
 
   // --- backward.cpp: what a backward pass creates (Note [Backward nodes]) ---
   // The op runs inside autograd graph task `task`: its first op arranges for end_backward.
-  void enter_backward_locked(std::int64_t task);
+  // `previous`: the task of the thread's previous op (-1: none), the pass `task` runs
+  // inside if it is new and that one is still open.
+  void enter_backward_locked(std::int64_t task, std::int64_t previous);
   void end_backward(std::int64_t task, std::uint64_t generation);
   void end_backward_locked(Lock& lock, std::int64_t task);
   // Passes that ended by an exception (no final callback ran).
@@ -475,6 +477,8 @@ class Registry {
   bool in_backward_ = false;
   // Graph tasks whose end is arranged for, and the nodes each made (Note [Backward nodes]).
   std::vector<std::int64_t> open_tasks_;
+  // A pass that began inside another (task, the one it ran in): Note [Passes inside a pass].
+  std::vector<std::pair<std::int64_t, std::int64_t>> enclosing_;
   std::vector<std::pair<std::int64_t, Handle>> backward_nodes_;
   std::vector<std::int64_t> order_cur_, order_prev_;
   std::unordered_map<std::int64_t, std::size_t> pos_prev_;

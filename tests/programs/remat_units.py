@@ -171,6 +171,46 @@ def what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+def what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit() -> None:
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    x = torch.randn(256, 256, requires_grad=True)
+    w1 = torch.randn(256, 256, requires_grad=True)
+    w2 = torch.randn(256, 256, requires_grad=True)
+
+    def block(h):
+        return torch.tanh(h @ w2) * 2
+
+    def step(evict):
+        x.grad = w1.grad = w2.grad = None
+        seen = {}
+        with pyalloc.recompute() as reg:
+            h = torch.tanh(x @ w1)
+
+            def hook(grad):
+                # The gradient the checkpoint's inner pass made and handed back, read by
+                # the outer pass after the inner one ended.
+                node = reg.node_of(grad)
+                seen["chain"] = node.chain if node is not None else 0
+                want = grad.detach().clone()
+                if evict:
+                    assert reg.evict(list(reg.nodes)) > 0
+                    assert node.evicted
+                assert torch.equal(grad, want)
+
+            h.register_hook(hook)
+            y = checkpoint(block, h, use_reentrant=True)
+            (y * y).sum().backward()
+            stats = reg.stats()
+        return seen["chain"], [x.grad.clone(), w1.grad.clone(), w2.grad.clone()], stats
+
+    chain, want, _ = step(False)
+    assert chain >= 1    # a node with lineage, not a frozen or forgotten storage
+    _, got, stats = step(True)
+    assert stats["recomputes"] > 0, stats
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
 def a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit() -> None:
     torch.manual_seed(0)
     x = torch.randn(256, 256)
@@ -377,6 +417,7 @@ if __name__ == "__main__":
           what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit,
           what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit,
           what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit,
+          what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit,
           a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
