@@ -21,7 +21,8 @@ trains today, bit for bit.
 * ``wild_graph``: message passing over a random graph: fancy indexing, ``index_add_`` and
   ``scatter_add_`` into fresh zeros, ``cat``.
 * ``wild_checkpointed``: a model that already calls ``torch.utils.checkpoint`` on every other
-  block, with dropout inside (checkpointing and recompute together).
+  block (the first reentrant, the others not), with dropout inside (checkpointing and recompute
+  together).
 * ``wild_autocast``: bfloat16 autocast around a conv net with GroupNorm, SiLU, ``cat`` and
   nearest upsampling; the head in float32.
 * ``wild_moe``: a top-1 mixture of experts: ``argmax`` routing, boolean-mask indexing and
@@ -161,7 +162,8 @@ class Checkpointed(nn.Module):
 
         for i, (block, norm) in enumerate(zip(self.blocks, self.norms)):
             if i % 2:
-                x = x + checkpoint(block, norm(x), use_reentrant=False)
+                # Both kinds: the first reentrant (a backward pass inside backward).
+                x = x + checkpoint(block, norm(x), use_reentrant=i == 1)
             else:
                 x = x + block(norm(x))
         return self.out(x)
