@@ -294,6 +294,13 @@ def test_what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit():
     run_unit("swap_units", "what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit")
 
 
+def test_what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit():
+    # The gradient a reentrant checkpoint's inner pass hands back stays a node of the outer
+    # pass under swap and hybrid too. See Note [Passes inside a pass] in registry/src/backward.cpp.
+    run_unit("swap_units",
+             "what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit")
+
+
 def test_a_full_host_pool_without_lineage_to_fall_back_on_is_an_oom_naming_the_pool():
     out = run_program("host_pool_full_oom")
     assert "oom: pyalloc: out of memory" in out

@@ -71,6 +71,41 @@ def what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> No
         assert all(torch.equal(a, b) for a, b in zip(want, got)), policy
 
 
+def what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> None:
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    x = torch.randn(256, 256)
+    w1 = torch.randn(256, 256, requires_grad=True)
+    w2 = torch.randn(256, 256, requires_grad=True)
+
+    def step(policy, evict):
+        w1.grad = w2.grad = None
+        with pyalloc.recompute(policy=policy, prefetch=0) as reg:
+            h = torch.tanh(x @ w1)
+            seen = []
+
+            def hook(grad):
+                # Made by the checkpoint's inner pass, which has ended: still a node (of the
+                # outer pass), without lineage, so it can leave as a host copy.
+                node = reg.node_of(grad)
+                seen.append(node is not None and node.frozen and node.chain == 0)
+                if evict and node is not None:
+                    assert reg.evict([node.handle]) == 1 and node.evicted
+                return grad * 1.5                 # read: copied back in
+            h.register_hook(hook)
+            y = checkpoint(lambda t: torch.tanh(t @ w2) * 2, h, use_reentrant=True)
+            (y ** 2).sum().backward()
+            stats = reg.stats()
+        return seen, [w1.grad.clone(), w2.grad.clone()], stats
+
+    for policy in ("swap", "hybrid"):
+        seen, want, _ = step(policy, evict=False)
+        assert seen == [True], (policy, seen)
+        _, got, stats = step(policy, evict=True)
+        assert stats["swap_outs"] >= 1 and stats["swap_ins"] >= 1, (policy, stats)
+        assert all(torch.equal(a, b) for a, b in zip(want, got)), policy
+
+
 def bad_policy_arguments_name_the_problem() -> None:
     with pytest.raises(ValueError, match="policy must be one of recompute, swap, hybrid"):
         with pyalloc.recompute(policy="offload"):
@@ -83,4 +118,5 @@ def bad_policy_arguments_name_the_problem() -> None:
 if __name__ == "__main__":
     main([a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing,
           what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit,
+          what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit,
           bad_policy_arguments_name_the_problem])
