@@ -39,7 +39,10 @@ def a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing() -> 
         assert torch.equal(b, want_b) and reg.recomputes == 1
 
 
-def what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> None:
+def _a_gradient_made_in_backward_leaves_as_a_host_copy(loss_of) -> None:
+    """Under swap and hybrid the gradient with respect to h, made inside backward
+    (``loss_of(h, w2)`` builds what follows h), is a node without lineage that can be
+    swapped out from a hook on h and comes back bit for bit."""
     torch.manual_seed(0)
     x = torch.randn(256, 256)
     w1 = torch.randn(256, 256, requires_grad=True)
@@ -52,14 +55,14 @@ def what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> No
             seen = []
 
             def hook(grad):
-                # The gradient with respect to h, made inside the pass: a node without lineage.
+                # Runs inside backward, after the ops that made the gradient.
                 node = reg.node_of(grad)
                 seen.append(node is not None and node.frozen and node.chain == 0)
                 if evict and node is not None:
                     assert reg.evict([node.handle]) == 1 and node.evicted
                 return grad * 1.5                 # read: copied back in
             h.register_hook(hook)
-            ((h @ w2) ** 2).sum().backward()
+            loss_of(h, w2).backward()
             stats = reg.stats()
         return seen, [w1.grad.clone(), w2.grad.clone()], stats
 
@@ -69,41 +72,21 @@ def what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> No
         _, got, stats = step(policy, evict=True)
         assert stats["swap_outs"] >= 1 and stats["swap_ins"] >= 1, (policy, stats)
         assert all(torch.equal(a, b) for a, b in zip(want, got)), policy
+
+
+def what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> None:
+    _a_gradient_made_in_backward_leaves_as_a_host_copy(lambda h, w2: ((h @ w2) ** 2).sum())
 
 
 def what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit() -> None:
+    # Made by the checkpoint's inner pass, which has ended when the hook runs: still a node
+    # (of the outer pass). See Note [Passes inside a pass].
     from torch.utils.checkpoint import checkpoint
-    torch.manual_seed(0)
-    x = torch.randn(256, 256)
-    w1 = torch.randn(256, 256, requires_grad=True)
-    w2 = torch.randn(256, 256, requires_grad=True)
 
-    def step(policy, evict):
-        w1.grad = w2.grad = None
-        with pyalloc.recompute(policy=policy, prefetch=0) as reg:
-            h = torch.tanh(x @ w1)
-            seen = []
-
-            def hook(grad):
-                # Made by the checkpoint's inner pass, which has ended: still a node (of the
-                # outer pass), without lineage, so it can leave as a host copy.
-                node = reg.node_of(grad)
-                seen.append(node is not None and node.frozen and node.chain == 0)
-                if evict and node is not None:
-                    assert reg.evict([node.handle]) == 1 and node.evicted
-                return grad * 1.5                 # read: copied back in
-            h.register_hook(hook)
-            y = checkpoint(lambda t: torch.tanh(t @ w2) * 2, h, use_reentrant=True)
-            (y ** 2).sum().backward()
-            stats = reg.stats()
-        return seen, [w1.grad.clone(), w2.grad.clone()], stats
-
-    for policy in ("swap", "hybrid"):
-        seen, want, _ = step(policy, evict=False)
-        assert seen == [True], (policy, seen)
-        _, got, stats = step(policy, evict=True)
-        assert stats["swap_outs"] >= 1 and stats["swap_ins"] >= 1, (policy, stats)
-        assert all(torch.equal(a, b) for a, b in zip(want, got)), policy
+    def loss_of(h, w2):
+        y = checkpoint(lambda t: torch.tanh(t @ w2) * 2, h, use_reentrant=True)
+        return (y ** 2).sum()
+    _a_gradient_made_in_backward_leaves_as_a_host_copy(loss_of)
 
 
 def bad_policy_arguments_name_the_problem() -> None:
