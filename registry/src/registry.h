@@ -306,6 +306,20 @@ class Registry {
   // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
   // nothing changed, when one of them is evicted. See Note [Writes under dead readers].
   bool freeze_dependents_locked(Lock& lock, Node* dead);
+  // The node whose readers are being settled (0: none), which nothing may freeze meanwhile:
+  // See Note [A written node keeps its chain while its readers settle] in writes.cpp.
+  Handle settling_ = 0;  // guarded by mu_
+  class Settling {
+   public:
+    Settling(Registry& reg, Handle node) : reg_(reg), was_(reg.settling_) { reg.settling_ = node; }
+    ~Settling() { reg_.settling_ = was_; }
+    Settling(const Settling&) = delete;
+    Settling& operator=(const Settling&) = delete;
+
+   private:
+    Registry& reg_;
+    Handle was_;
+  };
   void freeze_locked(Node* node);
   bool has_readers_locked(const Node* node);
   // Whether anything besides the registry holds the node's storage.

@@ -41,6 +41,8 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
     readers.assign(it->second.begin(), it->second.end());
     leaf_readers_.erase(it);
   }
+  // See Note [A written node keeps its chain while its readers settle].
+  Settling settling(*this, node ? node->handle : settling_);
   settle_readers_locked(lock, readers, [&](c10::ArrayRef<Handle> rest) {
     // The write will not happen (the op fails): the readers not yet frozen still read the
     // current contents.
@@ -53,6 +55,22 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
   });
 }
 
+// Note [A written node keeps its chain while its readers settle]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Settling a node's readers (a write its chain cannot follow, or freezing it) restores
+// each evicted one from the node's earlier versions, rebuilt by replaying the node's chain:
+// the chain must last until the last reader is settled. But settling a dead reader freezes
+// the live nodes made from it instead (freeze_dependents_locked), and the node being
+// written can be one of them: autograd sums a residual stream's gradients in place, into
+// the buffer earlier layers' gradients were read from, so each layer's gradient reads the
+// buffer and the buffer's next step reads that gradient — a cycle through readers of
+// earlier versions. Frozen there, midway, the node dropped its chain, and the next evicted
+// reader's restore failed with "its input was modified in place after it was recorded"
+// (the zoo's MLP-Mixer under recompute at 0.2 of its peak, where the ninth write to a
+// gradient buffer no longer extends its chain). So while a node's readers are settled it
+// is `settling_`, and freeze_dependents_locked passes over it: its own freezing comes after
+// the last reader (the write that cannot extend it, or freeze_now, freezes it next), and
+// the dead reader it read stays as lineage while the chain that reads it lasts.
 bool Registry::reads_earlier_locked(const Node* reader, const Node* node) const {
   for (const Step& step : reader->steps)
     for (const Ref& ref : step.rec->refs)
@@ -73,6 +91,7 @@ void Registry::freeze_now(Lock& lock, Node* node) {
     }
     node->readers.assign(current.begin(), current.end());
     node->stale_readers = false;
+    Settling settling(*this, h);  // Note [A written node keeps its chain while its readers settle]
     settle_readers_locked(lock, stale, [&](c10::ArrayRef<Handle> rest) {
       if (Node* n = find_locked(h)) {
         n->readers.insert(n->readers.end(), rest.begin(), rest.end());
@@ -146,6 +165,8 @@ bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
   c10::SmallVector<Handle, 4> live;
   c10::SmallVector<Handle, 16> dead_nodes{dead->handle};
   const bool all_resident = walk_readers_locked(dead, [&](Node* reader) {
+    // The node whose readers are being settled is frozen once they all are, not before.
+    if (reader->handle == settling_) return Walk::kOver;
     // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
     if (reader->dead || reader->weak.expired()) {
       if (reader->pins) return Walk::kStop;  // being replayed: leave it to the rebuild
