@@ -113,15 +113,15 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   if (open == open_tasks_.end()) return;
   open_tasks_.erase(open);
   if (open_tasks_.empty()) end_iteration_locked();
-  std::int64_t outer = -1;  // the open pass this one ran inside: Note [Passes inside a pass]
-  for (auto it = enclosing_.begin(); it != enclosing_.end();) {
-    if (it->first == task) {
-      if (std::find(open_tasks_.begin(), open_tasks_.end(), it->second) != open_tasks_.end())
-        outer = it->second;
-      it = enclosing_.erase(it);
-    } else {
-      it = std::next(it);
-    }
+  // The open pass this one ran inside (Note [Passes inside a pass]): enter_backward_locked
+  // notes at most one per pass.
+  std::int64_t outer = -1;
+  auto nested = std::find_if(enclosing_.begin(), enclosing_.end(),
+                             [&](const auto& e) { return e.first == task; });
+  if (nested != enclosing_.end()) {
+    if (std::find(open_tasks_.begin(), open_tasks_.end(), nested->second) != open_tasks_.end())
+      outer = nested->second;
+    enclosing_.erase(nested);
   }
   // The pass's nodes: the survivors (the program holds them) and the dead.
   // Other passes' nodes stay, in their order (a copy in place: no buffer, as

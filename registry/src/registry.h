@@ -306,8 +306,9 @@ class Registry {
   // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
   // nothing changed, when one of them is evicted. See Note [Writes under dead readers].
   bool freeze_dependents_locked(Lock& lock, Node* dead);
-  // The node whose readers are being settled (0: none), which nothing may freeze meanwhile:
-  // See Note [A written node keeps its chain while its readers settle] in writes.cpp.
+  // The node whose readers are being settled (0: none), which freeze_dependents_locked
+  // passes over: See Note [A written node keeps its chain while its readers settle] in
+  // writes.cpp. Settling sets it for a scope and puts back the one before (settling nests).
   Handle settling_ = 0;  // guarded by mu_
   class Settling {
    public:

@@ -141,6 +141,29 @@ def what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit
     assert torch.equal(want, got) and torch.equal(want_z, got_z)
 
 
+def _chain_after_evicting_everything(reg, t: torch.Tensor, evict: bool) -> int:
+    """The chain of ``t``'s node (0: no node); with ``evict``, every node is evicted first,
+    ``t``'s among them, and ``t`` must read back bit for bit."""
+    node = reg.node_of(t)
+    chain = node.chain if node is not None else 0
+    want = t.detach().clone()
+    if evict:
+        assert reg.evict(list(reg.nodes)) > 0
+        assert node.evicted
+    assert torch.equal(t, want)
+    return chain
+
+
+def _is_a_node_with_lineage_and_trains_bit_for_bit(step) -> None:
+    """``step(evict)`` returns (chain, gradients, stats): the tensor it looked at is a node
+    with lineage, and evicting it (and everything else) recomputes, gradients unchanged."""
+    chain, want, _ = step(False)
+    assert chain >= 1    # a node with lineage, not a frozen or forgotten storage
+    _, got, stats = step(True)
+    assert stats["recomputes"] > 0, stats
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
 def what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit() -> None:
     torch.manual_seed(0)
     x = torch.randn(256, 256, requires_grad=True)
@@ -153,22 +176,12 @@ def what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for
             # A gradient penalty: the pass builds a graph, and its result and what that
             # graph saved are read by the next backward.
             g, = torch.autograd.grad((y * y).sum(), x, create_graph=True)
-            node = reg.node_of(g)
-            chain = node.chain if node is not None else 0
-            want_g = g.detach().clone()
-            if evict:
-                assert reg.evict(list(reg.nodes)) > 0
-                assert node.evicted
-            assert torch.equal(g, want_g)
+            chain = _chain_after_evicting_everything(reg, g, evict)
             ((g * g).sum() + y.sum()).backward()
             stats = reg.stats()
         return chain, [x.grad.clone(), w.grad.clone()], stats
 
-    chain, want, _ = step(False)
-    assert chain >= 1    # a node with lineage, not a frozen or forgotten storage
-    _, got, stats = step(True)
-    assert stats["recomputes"] > 0, stats
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    _is_a_node_with_lineage_and_trains_bit_for_bit(step)
 
 
 def what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit() -> None:
@@ -190,13 +203,7 @@ def what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_b
             def hook(grad):
                 # The gradient the checkpoint's inner pass made and handed back, read by
                 # the outer pass after the inner one ended.
-                node = reg.node_of(grad)
-                seen["chain"] = node.chain if node is not None else 0
-                want = grad.detach().clone()
-                if evict:
-                    assert reg.evict(list(reg.nodes)) > 0
-                    assert node.evicted
-                assert torch.equal(grad, want)
+                seen["chain"] = _chain_after_evicting_everything(reg, grad, evict)
 
             h.register_hook(hook)
             y = checkpoint(block, h, use_reentrant=True)
@@ -204,11 +211,7 @@ def what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_b
             stats = reg.stats()
         return seen["chain"], [x.grad.clone(), w1.grad.clone(), w2.grad.clone()], stats
 
-    chain, want, _ = step(False)
-    assert chain >= 1    # a node with lineage, not a frozen or forgotten storage
-    _, got, stats = step(True)
-    assert stats["recomputes"] > 0, stats
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    _is_a_node_with_lineage_and_trains_bit_for_bit(step)
 
 
 def a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit() -> None:
