@@ -329,6 +329,79 @@ def test_compaction_frees_the_destinations_the_registry_does_not_take(make_engin
         engine.free(ptr)
 
 
+def evictable_around_a_mover(engine, with_mover: bool):
+    """Thirteen 1.5 MiB blocks fill a 20 MiB budget (the last keeps the segment's 0.5 MiB
+    tail), with no free byte left: kept (K), evictable (E) and, if ``with_mover``, one
+    movable block (M) that cannot be evicted, in the order K E M E K E K E K E E K K. No run
+    of evictable blocks holds 4 MiB and no 2 MiB chunk but one can be freed whole, so
+    neither eviction nor stitching serves a 4 MiB request; compaction has no hole to move
+    into. Returns (kept, evictable: handle -> ptr, movable: ptr -> pattern)."""
+    from memory_patterns import write_pattern
+
+    roles = "KEMEKEKEKEEKK"
+    kept, evictable, movable = [], {}, {}
+    for i, role in enumerate(roles):
+        ptr = engine.alloc(3 << 19)
+        write_pattern(ptr, 3 << 19, i)
+        if role == "E" or (role == "M" and not with_mover):
+            evictable[100 + i] = ptr
+            engine.set_evictable(ptr, 100 + i, 1.0)
+        elif role == "M":
+            movable[ptr] = i
+        else:
+            kept.append(ptr)
+    assert engine.stats()["reserved_bytes.all.current"] == 20 << 20
+    return kept, evictable, movable
+
+
+@pytest.mark.parametrize("movers", [False, True])
+def test_what_cannot_leave_is_moved_out_of_a_window_of_evictable_blocks(make_engine, movers):
+    # Note [Moving what cannot leave] (allocator/src/compactor.h): one block that can move
+    # but not leave sits between two evictable ones; the rung evict_to_compact evicts them
+    # and one more evictable block outside to make a hole, and the compact rung moves the
+    # block there. Without callbacks to move it (movers=False: set, but nothing movable is
+    # offered) the request fails as before.
+    from memory_patterns import assert_pattern
+    from pyalloc import OutOfMemoryError
+
+    engine = make_engine(budget="20MiB")
+    kept, evictable, movable = evictable_around_a_mover(engine, with_mover=True)
+    evicted = []
+
+    def evict(handles):
+        for h in handles:
+            engine.free(evictable.pop(h))
+            evicted.append(h)
+        return len(handles)
+
+    engine.set_evict_callback(evict)
+    mover = Mover(engine, movable if movers else {})
+    engine.set_compact_callbacks(mover.movable, mover.relocate)
+    if not movers:
+        with pytest.raises(OutOfMemoryError, match="evictable 9.00 MiB in 6 blocks"):
+            engine.alloc(4 << 20)
+        assert engine.stats()["rung.evict_to_compact"] == 0 and not evicted
+        live = kept + list(evictable.values()) + list(movable)
+    else:
+        big = engine.alloc(4 << 20)
+        stats = engine.stats()
+        assert stats["rung.evict_to_compact"] == 1
+        assert stats["num_relocations"] == 1 and stats["num_relocated_bytes"] == 3 << 19
+        # The two evictable neighbours of the mover and one destination: nothing else.
+        assert len(evicted) == 3 and {101, 103} <= set(evicted)
+        (source, destination), = mover.moves
+        assert big <= source < big + (4 << 20)
+        assert not big <= destination < big + (4 << 20)
+        for ptr, pattern in mover.live.items():
+            assert_pattern(ptr, 3 << 19, pattern)
+        live = [big] + kept + list(evictable.values()) + list(mover.live)
+    engine.check_invariants()
+    engine.set_compact_callbacks(None, None)
+    engine.set_evict_callback(None)
+    for ptr in live:
+        engine.free(ptr)
+
+
 def test_a_placement_that_was_not_reserved_is_refused_with_the_reason(make_engine):
     from pyalloc import Engine, OutOfMemoryError
 

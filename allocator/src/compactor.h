@@ -37,4 +37,39 @@ struct CompactPlan {
 CompactPlan plan_compaction(const Pool& pool, std::size_t rounded, PoolKind kind,
                             StreamId stream, const std::unordered_set<std::uintptr_t>& movable);
 
+// The pools a moved block of `size` bytes may land in, in order of preference; returns how
+// many it wrote to `out`. The engine's execution (Engine::compact_locked) tries them in the
+// same order as the plan.
+int destination_pools(std::size_t size, PoolKind out[2]);
+
+// Note [Moving what cannot leave]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Eviction plans windows of free and evictable blocks; compaction plans windows of free
+// and movable ones, and moves into free holes. Neither serves a layout that training
+// under recompute makes all the time: a segment almost all evictable, with one block
+// that cannot leave in the middle (a parameter's gradient made in backward and frozen,
+// borrowed into a large segment when the small pool was full), and no free hole anywhere
+// because the budget is spent. Seen on the zoo's GRU language model at 0.4 of its peak: a
+// 4 MiB request failed with 3.8 MiB of one 4 MiB segment evictable around a frozen
+// 192 KiB gradient, while the small pool was full of evictable per-timestep tensors.
+// The evict_to_compact rung plans both at once: a window of free, evictable and movable
+// blocks (movable but not evictable, or evicting would do), and for each mover a
+// destination outside it — a run of free and evictable blocks of a pool the mover may
+// land in (destination_pools), the cheapest that holds it. It evicts the window's
+// evictables and the destinations' and climbs again; the compact rung then finds the
+// window free but for the movers, and holes for them. Cost: the window's evictions plus the
+// destinations', cheapest first; the movers' copies are not counted (a copy is one pass over
+// bytes that a recompute would rebuild with at least one).
+struct ClearPlan {
+  std::vector<Block*> victims;  // to evict: the window's and the destinations'
+  std::size_t moved = 0;        // bytes the compact rung is then to move
+  double cost = 0;              // the victims' eviction cost (window strategy's measure)
+};
+
+// A plan that lets a request of `rounded` bytes of pool `kind` on `stream` be served by
+// evicting and then compacting, moving only blocks whose address is in `movable`; empty
+// victims when none exists (or when eviction or compaction alone would serve it).
+ClearPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
+                        const std::unordered_set<std::uintptr_t>& movable, std::uint64_t clock);
+
 }  // namespace pyalloc

@@ -222,6 +222,7 @@ class Engine {
     int round = 0;          // times the request was sent back to the bottom
     bool fenced = false;    // this round's fence rung waited for something
     int compactions = 0;
+    bool cleared = false;   // the evict_to_compact rung ran
     int waited_us = 0;
     Block* block = nullptr;  // what the rung that served it found or handed out
   };
@@ -284,6 +285,9 @@ class Engine {
   // Hands `victims` to the registry with `lock` dropped, counted in evicting_ meanwhile.
   void evict_unlocked(std::unique_lock<std::mutex>& lock,
                       const std::vector<std::uint64_t>& victims);
+  // The addresses the registry could move now (Note [Relocation], step 1), with `lock`
+  // dropped around the callback.
+  std::unordered_set<std::uintptr_t> movable_unlocked(std::unique_lock<std::mutex>& lock);
   // The compact rung (Note [Relocation]): true if some storage moved, so climbing again
   // may succeed. Drops and retakes `lock` around the callbacks.
   bool compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded, StreamId stream,

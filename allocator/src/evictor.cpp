@@ -57,13 +57,17 @@ bool usable(const Block* b, StreamId stream) {
   return evictable(b) && b->stream == stream;
 }
 
-// What evicting `b` costs in the window strategies: Coop's cost / staleness, with size
-// left out because the window already asks for enough bytes. Without the staleness term
-// the window keeps evicting the tensors just restored, which the next op needs again
-// (measured: 20x the evictions of dtr on the transformer at 35% of its peak).
+}  // namespace
+
+// Coop's cost / staleness, with size left out because the window already asks for enough
+// bytes. Without the staleness term the window keeps evicting the tensors just restored,
+// which the next op needs again (measured: 20x the evictions of dtr on the transformer at
+// 35% of its peak).
 double window_cost(const Block* b, std::uint64_t clock) {
   return b->state == BlockState::kFree ? 0.0 : b->evict_cost / staleness(b, clock);
 }
+
+namespace {
 
 // The cheapest contiguous run holding `rounded` bytes in any segment of the request's
 // pool. Two pointers per run of usable blocks: costs are non-negative, so for each right

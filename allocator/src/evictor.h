@@ -116,6 +116,10 @@ class ThrashGuard {
   std::uint64_t off_until_ = 0;
 };
 
+// What evicting `b` costs in the window strategies (0 for a free block): its cost to bring
+// back over its staleness.
+double window_cost(const Block* b, std::uint64_t clock);
+
 // Bytes and count of blocks marked evictable (for the OOM report).
 std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks);
 

@@ -89,13 +89,14 @@ thread_local std::uintptr_t t_placement = 0;  // set_thread_placement
 constexpr Rung kLadder[] = {
     Rung::cached,        Rung::stitch_first, Rung::grow,     Rung::fence,
     Rung::stitch_cached, Rung::release,      Rung::any_class, Rung::borrow,
-    Rung::stitch_map_rest, Rung::evict,      Rung::compact,  Rung::wait,
+    Rung::stitch_map_rest, Rung::evict,      Rung::compact,  Rung::evict_to_compact,
+    Rung::wait,
 };
 constexpr Rung kLadderInPlace[] = {
     Rung::cached,    Rung::stitch_first,   Rung::grow,          Rung::fence,
     Rung::any_class, Rung::borrow,         Rung::evict_in_place, Rung::stitch_cached,
     Rung::release,   Rung::any_class,      Rung::borrow,        Rung::stitch_map_rest,
-    Rung::evict,     Rung::compact,        Rung::wait,
+    Rung::evict,     Rung::compact,        Rung::evict_to_compact, Rung::wait,
 };
 // Requests routed to a graph pool, and every request while a capture is underway: no
 // synchronization, no unmapping, no eviction (Note [Graph pools] in block.h).
@@ -361,6 +362,26 @@ Engine::Climbed Engine::rung_compact_locked(Climb& c) {
                                                                : Climbed::kPassed;
 }
 
+Engine::Climbed Engine::rung_evict_to_compact_locked(Climb& c) {
+  // See Note [Moving what cannot leave] in compactor.h. Once per request: the compact rung
+  // it prepares runs in the climb it sends round again.
+  if (c.cleared || !t_may_evict || evicting_ != 0 || !evict_callback_ || !options_.compact ||
+      !movable_callback_ || !relocate_callback_ || c.compactions >= kMaxCompactions)
+    return Climbed::kPassed;
+  c.cleared = true;
+  const std::unordered_set<std::uintptr_t> movable = movable_unlocked(*c.lock);
+  if (movable.empty()) return Climbed::kPassed;
+  if (!pending_.empty()) process_events_locked(/*wait=*/false);
+  pool_.flush_fast();
+  ClearPlan clear = plan_clearing(pool_, c.rounded, c.kind, c.stream, movable, clock_);
+  if (clear.victims.empty()) return Climbed::kPassed;
+  EvictPlan plan;
+  plan.victims = std::move(clear.victims);
+  for (const Block* b : plan.victims) plan.bytes += b->size, plan.cost += b->evict_cost;
+  evict_unlocked(*c.lock, take_victims_locked(plan, /*proactive=*/false));
+  return Climbed::kAgain;
+}
+
 Engine::Climbed Engine::rung_wait_locked(Climb& c) {
   // Bounded, because the waiting thread may hold the GIL those evictions need (Note
   // [Calling out]); past the bound the request fails as it would have.
@@ -462,14 +483,10 @@ std::vector<std::uint64_t> Engine::plan_proactive_locked() {
   return take_victims_locked(plan, /*proactive=*/true);
 }
 
-bool Engine::compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded,
-                            StreamId stream, PoolKind kind) {
-  if (!options_.compact || !movable_callback_ || !relocate_callback_) return false;
+std::unordered_set<std::uintptr_t> Engine::movable_unlocked(std::unique_lock<std::mutex>& lock) {
   MovableCallback movable_fn = movable_callback_;
-  RelocateCallback relocate_fn = relocate_callback_;
   void* context = compact_context_;
-  // 1. What the registry could move. See Note [Calling out]: the lock is dropped, and
-  // nothing learnt before is trusted after.
+  // See Note [Calling out]: the lock is dropped, and nothing learnt before is trusted after.
   std::vector<std::uintptr_t> addrs(256);
   lock.unlock();
   std::size_t n = movable_fn(context, addrs.data(), addrs.size());
@@ -478,8 +495,17 @@ bool Engine::compact_locked(std::unique_lock<std::mutex>& lock, std::size_t roun
     n = std::min(n, movable_fn(context, addrs.data(), addrs.size()));
   }
   lock.lock();
-  if (n == 0) return false;
-  const std::unordered_set<std::uintptr_t> movable(addrs.begin(), addrs.begin() + n);
+  return std::unordered_set<std::uintptr_t>(addrs.begin(), addrs.begin() + n);
+}
+
+bool Engine::compact_locked(std::unique_lock<std::mutex>& lock, std::size_t rounded,
+                            StreamId stream, PoolKind kind) {
+  if (!options_.compact || !movable_callback_ || !relocate_callback_) return false;
+  RelocateCallback relocate_fn = relocate_callback_;
+  void* context = compact_context_;
+  // 1. What the registry could move.
+  const std::unordered_set<std::uintptr_t> movable = movable_unlocked(lock);
+  if (movable.empty()) return false;
 
   // 2. Plan, and reserve a destination for each mover, as planned.
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
@@ -489,7 +515,11 @@ bool Engine::compact_locked(std::unique_lock<std::mutex>& lock, std::size_t roun
   std::vector<std::uintptr_t> from, to;
   std::vector<std::size_t> sizes;
   for (Block* m : plan.movers) {
-    Block* hole = pool_.find_free_outside(kind, m->size, stream, plan.lo, plan.hi);
+    PoolKind pools[2];
+    const int n = destination_pools(m->size, pools);
+    Block* hole = nullptr;
+    for (int i = 0; i < n && !hole; ++i)
+      hole = pool_.find_free_outside(pools[i], m->size, stream, plan.lo, plan.hi);
     if (!hole) break;  // the plan's simulation and the pool disagree: move what fits
     Block* dest = pool_.take(hole, m->size, m->requested, stream);
     placements_.emplace(dest->addr, dest);

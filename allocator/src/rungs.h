@@ -19,6 +19,7 @@ namespace pyalloc {
   X(stitch_map_rest, "large requests served by stitching free chunks and mapping what they lack") \
   X(evict, "times victims were evicted, then the ladder climbed again")                    \
   X(compact, "times live storages were moved, then the ladder climbed again")              \
+  X(evict_to_compact, "times evictions made room for the compact rung to move what cannot leave, then the ladder climbed again") \
   X(wait, "times a request waited for other threads' evictions, then climbed again")
 
 enum class Rung : int {
