@@ -117,6 +117,14 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
       hint += ", or set max_split_size (e.g. \"max_split_size:" + std::to_string(f.rounded) +
               "\") so that blocks this large are never split for small requests";
     }
+  } else if (evict_callback_ && f.evictable > 0 &&
+             f.frag.cached_free_bytes + f.evictable >= f.rounded) {
+    // Enough bytes could be freed, but no plan (a window, whole chunks, a move) gathers
+    // them: what sits between them can neither leave nor move.
+    hint = "the free and evictable bytes together would hold this request, but tensors that "
+           "can neither leave nor move sit between them (parameters, gradients, optimizer "
+           "state, this op's inputs): raise the budget a little (option budget, currently " +
+           format_bytes(budget_) + ")";
   } else if (budget_ < f.device.total_bytes && f.reserved + f.rounded <= f.device.total_bytes &&
              f.device.free_bytes >= f.rounded) {
     hint = "the device has room beyond the budget: raise the budget (option budget, "
