@@ -518,6 +518,10 @@ uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine) {
 
 void pyalloc_set_thread_may_evict(int may_evict) { Engine::set_thread_may_evict(may_evict != 0); }
 
+int pyalloc_set_thread_tentative(int tentative) {
+  return Engine::set_thread_tentative(tentative != 0) ? 1 : 0;
+}
+
 int pyalloc_set_thread_evictable(int evictable) {
   return Engine::set_thread_evictable(evictable != 0) ? 1 : 0;
 }

@@ -173,6 +173,10 @@ PYALLOC_API uint64_t pyalloc_engine_blocked_ns(pyalloc_engine* engine);
 /* 0: allocations on the calling thread never evict (they fail instead, without counting
  * as an OOM); a prefetch uses it so that it cannot push out what is needed sooner. */
 PYALLOC_API void pyalloc_set_thread_may_evict(int may_evict);
+/* While nonzero on the calling thread, an allocation that cannot be served fails quietly
+ * (not counted as an OOM, no report, no OOM callback): for allocations whose failure the
+ * caller handles. Returns the previous value. */
+PYALLOC_API int pyalloc_set_thread_tentative(int tentative);
 /* 1: allocations on the calling thread come from the persistent region (INPLACE_UPDATE:
  * segments of their own for parameters, gradients and optimizer state); 0: as usual. */
 PYALLOC_API void pyalloc_set_thread_persistent(int persistent);

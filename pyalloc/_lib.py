@@ -87,6 +87,7 @@ _SIGNATURES = {
     "pyalloc_engine_swap_stream": (_c.c_int, [_engine_p, _c.c_int, _c.POINTER(_c.c_size_t)]),
     "pyalloc_engine_unallocated": (_c.c_int, [_engine_p, _c.POINTER(_c.c_uint64)]),
     "pyalloc_set_thread_may_evict": (None, [_c.c_int]),
+    "pyalloc_set_thread_tentative": (_c.c_int, [_c.c_int]),
     "pyalloc_set_thread_persistent": (None, [_c.c_int]),
     "pyalloc_set_thread_evictable": (_c.c_int, [_c.c_int]),
     "pyalloc_engine_set_long_lived": (_c.c_int, [_engine_p, _c.c_int]),

@@ -353,6 +353,19 @@ class Engine:
         finally:
             _lib.lib().pyalloc_set_thread_placement(None)
 
+    @staticmethod
+    @contextlib.contextmanager
+    def tentative() -> Iterator[None]:
+        """The calling thread's allocations inside the block fail quietly when they cannot
+        be served: an :class:`OutOfMemoryError` all the same, but not counted in
+        ``num_ooms``, with no OOM report kept and no ``on_oom`` callback — for a caller that
+        handles the failure itself (the registry settling a backward pass does)."""
+        was = _lib.lib().pyalloc_set_thread_tentative(1)
+        try:
+            yield
+        finally:
+            _lib.lib().pyalloc_set_thread_tentative(was)
+
     def set_evictable(self, ptr: int, handle: int, cost: float = 1.0) -> None:
         """Mark the block at ``ptr`` evictable as ``handle`` (0: not evictable) with the
         cost of bringing it back."""

@@ -415,6 +415,28 @@ def test_a_placement_that_was_not_reserved_is_refused_with_the_reason(make_engin
     assert engine.stats()["allocated_bytes.all.current"] == 0
 
 
+def test_a_tentative_allocation_fails_quietly_and_only_inside_its_block(make_engine):
+    # Engine.tentative (the registry's TentativeScope around settling a backward pass's
+    # results): the caller handles the failure, so it is no OOM of the program's — not
+    # counted, no report kept. Outside the block the same request is an OOM as always.
+    from pyalloc import Engine, OutOfMemoryError
+
+    engine = make_engine(budget="8MiB")
+    held = engine.alloc(6 << 20)
+    with Engine.tentative():
+        with pytest.raises(OutOfMemoryError, match="tentative allocation"):
+            engine.alloc(4 << 20)
+        with Engine.tentative():     # nested: the outer setting comes back
+            pass
+        with pytest.raises(OutOfMemoryError, match="tentative allocation"):
+            engine.alloc(4 << 20)
+    assert engine.stats()["num_ooms"] == 0
+    with pytest.raises(OutOfMemoryError, match="out of memory on host"):
+        engine.alloc(4 << 20)
+    assert engine.stats()["num_ooms"] == 1
+    engine.free(held)
+
+
 def check_compaction_moves_frozen_storages(device: str) -> None:
     """tests/programs/compaction.py on ``device``, with compaction on (the storage moves,
     intact) and off (OOM). Shared with tests/test_gpu.py."""

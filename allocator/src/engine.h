@@ -109,6 +109,11 @@ class Engine {
   // While false on a thread, its allocations skip the evict rung and fail quietly (not
   // counted as OOMs): prefetching must never push out what is needed sooner.
   static void set_thread_may_evict(bool may_evict);
+  // While true on a thread, an allocation that cannot be served (after every rung, evicting
+  // included) fails quietly: not counted in num_ooms, no report kept, no OOM callback. For
+  // an allocation whose failure the caller handles and the program never sees (the
+  // registry settling a backward pass's results). Returns the old value.
+  static bool set_thread_tentative(bool tentative);
   // While true on a thread, its allocations come from the persistent region (segments of
   // pool kPersistent, apart from activations): INPLACE_UPDATE's parameters and state.
   static void set_thread_persistent(bool persistent);

@@ -82,6 +82,7 @@
 namespace pyalloc {
 namespace {
 thread_local bool t_may_evict = true;   // set_thread_may_evict
+thread_local bool t_tentative = false;  // set_thread_tentative
 thread_local bool t_persistent = false; // set_thread_persistent
 thread_local bool t_evictable = false;  // set_thread_evictable
 thread_local std::uintptr_t t_placement = 0;  // set_thread_placement
@@ -116,6 +117,11 @@ constexpr int kWaitStepUs = 50;
 }  // namespace
 
 void Engine::set_thread_may_evict(bool may_evict) { t_may_evict = may_evict; }
+bool Engine::set_thread_tentative(bool tentative) {
+  const bool was = t_tentative;
+  t_tentative = tentative;
+  return was;
+}
 void Engine::set_thread_persistent(bool persistent) { t_persistent = persistent; }
 bool Engine::set_thread_evictable(bool evictable) {
   const bool was = t_evictable;
@@ -172,6 +178,12 @@ void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
       case Climbed::kRefused: return nullptr;
       case Climbed::kPassed:
       case Climbed::kOutOfMemory:
+        if (t_tentative) {  // the caller's to handle: no report, no count, no callback
+          *status = Status(Status::kOutOfMemory,
+                           "pyalloc: no room for " + format_bytes(size) +
+                               " (a tentative allocation: its caller goes on without it)");
+          return nullptr;
+        }
         return out_of_memory(lock, size, rounded, stream, status);
     }
   }

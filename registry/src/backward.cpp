@@ -76,6 +76,7 @@
 
 #include <algorithm>
 
+#include "own_ops.h"
 #include "registry.h"
 
 namespace pyalloc::registry {
@@ -157,6 +158,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     }
     if (node->evicted) {
       try {
+        TentativeScope tentative;  // a failure here is no OOM of the program's
         restore_now(lock, node);
       } catch (const c10::Error&) {
         // No room now: it stays evicted, with its lineage, and comes back when read (an
@@ -170,6 +172,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     for (const Step& step : node->steps)  // what only its lineage read may go too
       for (const Ref& ref : step.rec->refs) dead.push_back(ref.node);
     try {
+      TentativeScope tentative;
       freeze_now(lock, node);
     } catch (const c10::Error&) {
       // The same: no room to bring it back (settling its readers evicted it), so it keeps

@@ -44,6 +44,7 @@ std::string bind(const char* library_path) {
   resolve(lib, "pyalloc_engine_freed_marked_count", &a.freed_marked_count, &missing);
   resolve(lib, "pyalloc_set_thread_placement", &a.set_thread_placement, &missing);
   resolve(lib, "pyalloc_set_thread_may_evict", &a.set_thread_may_evict, &missing);
+  resolve(lib, "pyalloc_set_thread_tentative", &a.set_thread_tentative, &missing);
   resolve(lib, "pyalloc_set_thread_evictable", &a.set_thread_evictable, &missing);
   resolve(lib, "pyalloc_engine_swap_out", &a.swap_out, &missing);
   resolve(lib, "pyalloc_engine_swap_in", &a.swap_in, &missing);

@@ -31,6 +31,7 @@ struct Api {
   uint64_t (*freed_marked_count)(pyalloc_engine*) = nullptr;
   void (*set_thread_placement)(void*) = nullptr;
   void (*set_thread_may_evict)(int) = nullptr;
+  int (*set_thread_tentative)(int) = nullptr;
   int (*set_thread_evictable)(int) = nullptr;
   int (*swap_out)(pyalloc_engine*, void*, size_t, uintptr_t, uint64_t*) = nullptr;
   int (*swap_in)(pyalloc_engine*, uint64_t, void*, uintptr_t) = nullptr;

@@ -36,6 +36,10 @@ EvictableScope::~EvictableScope() {
   if (was_ >= 0) engine_api::api().set_thread_evictable(was_);
 }
 
+TentativeScope::TentativeScope() : was_(engine_api::api().set_thread_tentative(1)) {}
+
+TentativeScope::~TentativeScope() { engine_api::api().set_thread_tentative(was_); }
+
 void copy_bytes(const c10::intrusive_ptr<c10::StorageImpl>& dst,
                 const c10::intrusive_ptr<c10::StorageImpl>& src, std::size_t nbytes) {
   const std::int64_t n = static_cast<std::int64_t>(nbytes);

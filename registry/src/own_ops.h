@@ -68,6 +68,21 @@ class EvictableScope {
   int was_ = -1;  // -1: nothing changed
 };
 
+// While alive, the calling thread's allocations that cannot be served fail quietly: an
+// out-of-memory error all the same, but no OOM report, count or callback (the engine's
+// set_thread_tentative). For work whose failure the registry handles and the program never
+// sees. Restores the thread's previous setting, so scopes nest.
+class TentativeScope {
+ public:
+  TentativeScope();
+  ~TentativeScope();
+  TentativeScope(const TentativeScope&) = delete;
+  TentativeScope& operator=(const TentativeScope&) = delete;
+
+ private:
+  int was_;
+};
+
 // A tensor of `dtype` with the given geometry on `storage` (no op: a replay builds its
 // inputs this way, on storages the registry restored).
 at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,
