@@ -94,6 +94,13 @@ def test_what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_
              "what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit")
 
 
+def test_settling_a_pass_without_room_is_no_oom_of_the_programs():
+    # The end of a backward pass cannot restore an evicted gradient to settle it (the budget
+    # is full): it stays evicted, no on_oom callback runs and num_ooms does not move (the
+    # registry's tentative allocations), and it comes back bit for bit when read.
+    run_unit("remat_units", "settling_a_pass_without_room_is_no_oom_of_the_programs")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

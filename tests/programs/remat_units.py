@@ -414,6 +414,59 @@ def modifying_a_saved_tensor_in_place_is_still_an_error() -> None:
             y.sum().backward()
 
 
+def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
+    # The end of a backward pass restores its evicted survivors to settle them (w.grad
+    # here); with no room it leaves them evicted, and that failure is the registry's own:
+    # no on_oom callback, no count in num_ooms (Engine.tentative). Read later, with room
+    # again, the gradient comes back bit for bit.
+    torch.manual_seed(0)
+    x = torch.randn(256, 256, requires_grad=True)
+    w = torch.randn(256, 256, requires_grad=True)
+    engine = pyalloc._engine(None)
+
+    def step(starve):
+        x.grad = w.grad = None
+        fillers, seen = [], []
+        with pyalloc.recompute() as reg:
+            y = torch.tanh(x @ w)
+
+            def starve_the_end_of_the_pass(param):
+                # Everything out, w.grad's node among them, then every free byte taken,
+                # under a budget with no room for another segment.
+                assert reg.evict(list(reg.nodes)) > 0
+                assert reg.node_of(param.grad) is not None and reg.node_of(param.grad).evicted
+                engine.set_budget(int(pyalloc.memory_stats()["reserved_bytes.all.current"]))
+                with pyalloc.Engine.tentative():
+                    try:
+                        while True:
+                            fillers.append(torch.empty(1 << 14))
+                    except torch.OutOfMemoryError:
+                        pass
+
+            if starve:
+                w.register_post_accumulate_grad_hook(starve_the_end_of_the_pass)
+            ooms = pyalloc.memory_stats()["num_ooms"]
+            callback = pyalloc.on_oom(lambda report: seen.append(report["size"]))
+            try:
+                (y * y).sum().backward()
+            finally:
+                callback.remove()
+            after = pyalloc.memory_stats()["num_ooms"]
+            still_evicted = starve and reg.node_of(w.grad) is not None and reg.node_of(w.grad).evicted
+            fillers.clear()
+            engine.set_budget(2 << 30)
+            grads = [x.grad.clone(), w.grad.clone()]   # w.grad comes back here
+            stats = reg.stats()
+        return seen, after - ooms, still_evicted, grads, stats
+
+    _, _, _, want, _ = step(False)
+    seen, ooms, still_evicted, got, stats = step(True)
+    assert still_evicted, "the end of the pass found room: the check did not starve it"
+    assert seen == [] and ooms == 0, (seen, ooms)
+    assert stats["recomputes"] > 0, stats
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -429,4 +482,5 @@ if __name__ == "__main__":
           autograd_grad_results_are_the_programs,
           views_follow_their_storage,
           bad_recompute_arguments_name_the_problem,
-          modifying_a_saved_tensor_in_place_is_still_an_error])
+          modifying_a_saved_tensor_in_place_is_still_an_error,
+          settling_a_pass_without_room_is_no_oom_of_the_programs])
