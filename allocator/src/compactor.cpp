@@ -134,20 +134,67 @@ namespace {
 // A block a clearing window or a destination may span, and what it is there.
 enum class Part { kNone, kFree, kEvict, kMove };
 
+// What `b` is to a clearing plan for `stream`: free memory it can use, an evictable block, a
+// block only the registry can move (of `stream` alone: see plan_compaction), or none.
+Part part_of(const Block* b, StreamId stream, const std::unordered_set<std::uintptr_t>& movable) {
+  if (b->state == BlockState::kFree) return free_for(b, stream) ? Part::kFree : Part::kNone;
+  if (b->state != BlockState::kAllocated || b->stream != stream) return Part::kNone;
+  if (evictable(b)) return Part::kEvict;
+  if (b->stream_uses.empty() && movable.count(b->addr) != 0) return Part::kMove;
+  return Part::kNone;
+}
+
+struct Run {
+  Block* first = nullptr;
+  Block* last = nullptr;
+  double cost = std::numeric_limits<double>::infinity();  // the window strategy's measure
+};
+
+// The cheapest minimal run of free and evictable blocks of pool `kind` holding `size` bytes,
+// outside [lo, hi) and `claimed`; ties go to the smaller run. Empty (first null) if none.
+Run cheapest_run(const Pool& pool, PoolKind kind, std::size_t size, std::uintptr_t lo,
+                 std::uintptr_t hi, const std::unordered_set<const Block*>& claimed,
+                 StreamId stream, const std::unordered_set<std::uintptr_t>& movable,
+                 std::uint64_t clock) {
+  Run best;
+  std::size_t best_size = 0;
+  for (const auto& kv : pool.segments()) {
+    const Segment* seg = kv.second;
+    if (seg->pool != kind || seg->size < size) continue;
+    Block* first = seg->first;
+    std::size_t bytes = 0;
+    double cost = 0;
+    for (Block* b = seg->first; b; b = b->next) {
+      const Part p = part_of(b, stream, movable);
+      const bool inside = b->addr < hi && b->addr + b->size > lo;
+      if ((p != Part::kFree && p != Part::kEvict) || inside || claimed.count(b)) {
+        first = b->next;
+        bytes = 0;
+        cost = 0;
+        continue;
+      }
+      bytes += b->size;
+      cost += window_cost(b, clock);
+      while (first != b && bytes - first->size >= size) {
+        bytes -= first->size;
+        cost -= window_cost(first, clock);
+        first = first->next;
+      }
+      if (bytes >= size && (cost < best.cost || (cost == best.cost && bytes < best_size))) {
+        best = {first, b, cost};
+        best_size = bytes;
+      }
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
-ClearPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
+EvictPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
                         const std::unordered_set<std::uintptr_t>& movable, std::uint64_t clock) {
-  ClearPlan best;
-  if (movable.empty() || kind == PoolKind::kPersistent) return best;
-  auto part = [&](const Block* b) {
-    if (b->state == BlockState::kFree) return free_for(b, stream) ? Part::kFree : Part::kNone;
-    if (b->state != BlockState::kAllocated || b->stream != stream) return Part::kNone;
-    if (evictable(b)) return Part::kEvict;
-    // Only blocks of the request's own stream move (see plan_compaction).
-    if (b->stream_uses.empty() && movable.count(b->addr) != 0) return Part::kMove;
-    return Part::kNone;
-  };
+  if (movable.empty() || kind == PoolKind::kPersistent) return {};
+  auto part = [&](const Block* b) { return part_of(b, stream, movable); };
 
   // Every minimal window of free, evictable and movable blocks holding the request, with
   // at least one mover and one victim (without a mover the evict rung's window would have
@@ -190,21 +237,22 @@ ClearPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, St
   });
 
   // For each of the cheapest windows, a destination for each mover, largest first: the
-  // cheapest minimal run of free and evictable blocks outside the window and outside the
-  // runs already chosen, in a pool the mover may land in (a run of free blocks alone costs
-  // nothing, so a hole is taken where one is). The cheapest whole plan wins.
+  // cheapest run outside the window and outside the runs already chosen, in a pool the
+  // mover may land in (a run of free blocks alone costs nothing, so a hole is taken where
+  // one is). The cheapest whole plan wins.
   constexpr std::size_t kMaxTries = 16;
+  std::vector<Block*> best;
+  double best_cost = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < windows.size() && i < kMaxTries; ++i) {
     const Window& w = windows[i];
-    if (!best.victims.empty() && w.cost >= best.cost) break;  // sorted: none cheaper follows
+    if (w.cost >= best_cost) break;  // sorted, and destinations only add: none cheaper follows
     const std::uintptr_t lo = w.first->addr, hi = w.last->addr + w.last->size;
-    ClearPlan plan;
-    plan.cost = w.cost;
-    std::vector<Block*> movers;
+    std::vector<Block*> victims, movers;
+    double cost = w.cost;
     for (Block* b = w.first;; b = b->next) {
       const Part p = part(b);
-      if (p == Part::kEvict) plan.victims.push_back(b);
-      if (p == Part::kMove) movers.push_back(b), plan.moved += b->size;
+      if (p == Part::kEvict) victims.push_back(b);
+      if (p == Part::kMove) movers.push_back(b);
       if (b == w.last) break;
     }
     std::sort(movers.begin(), movers.end(), [](const Block* a, const Block* b) {
@@ -215,52 +263,29 @@ ClearPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, St
     for (const Block* m : movers) {
       PoolKind to[2];
       const int pools = destination_pools(m->size, to);
-      Block* run_first = nullptr;
-      Block* run_last = nullptr;
-      for (int k = 0; k < pools && !run_first; ++k) {
-        double run_cost = std::numeric_limits<double>::infinity();
-        std::size_t run_size = 0;
-        for (const auto& kv : pool.segments()) {
-          const Segment* seg = kv.second;
-          if (seg->pool != to[k] || seg->size < m->size) continue;
-          Block* first = seg->first;
-          std::size_t bytes = 0;
-          double cost = 0;
-          for (Block* b = seg->first; b; b = b->next) {
-            const Part p = part(b);
-            const bool inside = b->addr < hi && b->addr + b->size > lo;
-            if ((p != Part::kFree && p != Part::kEvict) || inside || claimed.count(b)) {
-              first = b->next;
-              bytes = 0;
-              cost = 0;
-              continue;
-            }
-            bytes += b->size;
-            cost += window_cost(b, clock);
-            while (first != b && bytes - first->size >= m->size) {
-              bytes -= first->size;
-              cost -= window_cost(first, clock);
-              first = first->next;
-            }
-            if (bytes >= m->size && (cost < run_cost || (cost == run_cost && bytes < run_size))) {
-              run_first = first, run_last = b, run_cost = cost, run_size = bytes;
-            }
-          }
-        }
-      }
-      if (!run_first) {
+      Run run;
+      for (int k = 0; k < pools && !run.first; ++k)
+        run = cheapest_run(pool, to[k], m->size, lo, hi, claimed, stream, movable, clock);
+      if (!run.first) {
         fits = false;
         break;
       }
-      for (Block* b = run_first;; b = b->next) {
+      for (Block* b = run.first;; b = b->next) {
         claimed.insert(b);
-        if (part(b) == Part::kEvict) plan.victims.push_back(b), plan.cost += window_cost(b, clock);
-        if (b == run_last) break;
+        if (part(b) == Part::kEvict) victims.push_back(b);
+        if (b == run.last) break;
       }
+      cost += run.cost;
     }
-    if (fits && (best.victims.empty() || plan.cost < best.cost)) best = std::move(plan);
+    if (fits && cost < best_cost) best = std::move(victims), best_cost = cost;
   }
-  return best;
+  EvictPlan plan;
+  for (Block* b : best) {
+    plan.victims.push_back(b);
+    plan.bytes += b->size;
+    plan.cost += b->evict_cost;
+  }
+  return plan;
 }
 
 }  // namespace pyalloc

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "evictor.h"
 #include "pool.h"
 
 namespace pyalloc {
@@ -60,16 +61,11 @@ int destination_pools(std::size_t size, PoolKind out[2]);
 // window free but for the movers, and holes for them. Cost: the window's evictions plus the
 // destinations', cheapest first; the movers' copies are not counted (a copy is one pass over
 // bytes that a recompute would rebuild with at least one).
-struct ClearPlan {
-  std::vector<Block*> victims;  // to evict: the window's and the destinations'
-  std::size_t moved = 0;        // bytes the compact rung is then to move
-  double cost = 0;              // the victims' eviction cost (window strategy's measure)
-};
-
 // A plan that lets a request of `rounded` bytes of pool `kind` on `stream` be served by
-// evicting and then compacting, moving only blocks whose address is in `movable`; empty
-// victims when none exists (or when eviction or compaction alone would serve it).
-ClearPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
+// evicting its victims and then compacting, moving only blocks whose address is in
+// `movable`; no victims when none exists (or when eviction or compaction alone would serve
+// it).
+EvictPlan plan_clearing(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
                         const std::unordered_set<std::uintptr_t>& movable, std::uint64_t clock);
 
 }  // namespace pyalloc

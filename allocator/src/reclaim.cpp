@@ -150,8 +150,16 @@ void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
   // Above kMaxRequest rounding would overflow; such a request is reported as it is.
   const std::size_t rounded = size > kMaxRequest ? size : round_size(size);
   if (t_placement) return take_placement_locked(size, stream, status);
-  if (size > kMaxRequest || rounded > budget_)
-    return out_of_memory(lock, size, rounded, stream, status);
+  // A tentative allocation's failure is the caller's to handle: no report, no count, no
+  // callback (set_thread_tentative).
+  auto fail = [&]() -> void* {
+    if (!t_tentative) return out_of_memory(lock, size, rounded, stream, status);
+    *status = Status(Status::kOutOfMemory,
+                     "pyalloc: no room for " + format_bytes(size) +
+                         " (a tentative allocation: its caller goes on without it)");
+    return nullptr;
+  };
+  if (size > kMaxRequest || rounded > budget_) return fail();
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
   Climb c{size, rounded, stream, kind, segment_class_locked(kind), &lock, status};
   for (;; ++c.round) {
@@ -178,13 +186,7 @@ void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
       case Climbed::kRefused: return nullptr;
       case Climbed::kPassed:
       case Climbed::kOutOfMemory:
-        if (t_tentative) {  // the caller's to handle: no report, no count, no callback
-          *status = Status(Status::kOutOfMemory,
-                           "pyalloc: no room for " + format_bytes(size) +
-                               " (a tentative allocation: its caller goes on without it)");
-          return nullptr;
-        }
-        return out_of_memory(lock, size, rounded, stream, status);
+        return fail();
     }
   }
 }
@@ -385,11 +387,8 @@ Engine::Climbed Engine::rung_evict_to_compact_locked(Climb& c) {
   if (movable.empty()) return Climbed::kPassed;
   if (!pending_.empty()) process_events_locked(/*wait=*/false);
   pool_.flush_fast();
-  ClearPlan clear = plan_clearing(pool_, c.rounded, c.kind, c.stream, movable, clock_);
-  if (clear.victims.empty()) return Climbed::kPassed;
-  EvictPlan plan;
-  plan.victims = std::move(clear.victims);
-  for (const Block* b : plan.victims) plan.bytes += b->size, plan.cost += b->evict_cost;
+  const EvictPlan plan = plan_clearing(pool_, c.rounded, c.kind, c.stream, movable, clock_);
+  if (plan.victims.empty()) return Climbed::kPassed;
   evict_unlocked(*c.lock, take_victims_locked(plan, /*proactive=*/false));
   return Climbed::kAgain;
 }
