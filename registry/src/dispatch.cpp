@@ -138,6 +138,22 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // per-op path costs nothing more there. Not under inference mode, whose tensors the
 // program does not keep for backward.
 
+// Note [What a recorded op writes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op that makes an activation may also write arguments that are no node: batch norm's
+// running statistics, quantization-aware training's observer (fused_moving_avg_obs_fake_quant
+// moves its running min and max towards the batch's, computes a scale from them, and
+// quantizes its input with that scale). A replay writes such arguments on copies, so the
+// program's state is updated once — but copies of what they hold when it replays, after
+// the op updated them: the observer then moves from the moved state, finds another scale,
+// and the replayed activation differs from the one the program saw (a QAT network under
+// recompute trained to other bits). So the recording keeps a copy of each such argument
+// as it was before the op (OpInfo::snapshot), taken right before the op runs, and a
+// replay starts from that. Batch norms are left out: in training mode they write the
+// running statistics without reading them, in inference mode they read them without
+// writing, so a copy per batch norm per step would buy nothing. A later write of the
+// argument still settles the op's readers (leaf_readers_), which is conservative now.
+
 // Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
 template <typename Fn>
 void for_each_tensor(const c10::IValue& v, Fn&& fn) {
@@ -372,6 +388,13 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       pending->rec->generator = generator;
     }
   }
+  // See Note [What a recorded op writes].
+  c10::SmallVector<std::uint16_t, 4> snapshots;
+  if (pending)
+    for (std::uint16_t pos : info.snapshot)
+      if (pos < pending->rec->args.size() && pending->rec->args[pos].isTensor() &&
+          pending->rec->args[pos].toTensor().defined())
+        snapshots.push_back(pos);
   std::uint64_t droppable = 0;
   if (floor_probe_) {
     for (const Node* node = nodes_.oldest(); node; node = node->newer) {
@@ -388,6 +411,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                     grad_mode && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   {
     Unlocked unlocked(lock);
+    if (!snapshots.empty()) {  // the recording is still this thread's alone
+      OwnOpGuard guard;
+      for (std::uint16_t pos : snapshots)
+        pending->rec->args[pos] = pending->rec->args[pos].toTensor().clone();
+    }
     std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;
     if (!hear) deaf.emplace(c10::DispatchKeySet(kRegistryKey));
     HearAutogradLayer hear_autograd(hear);

@@ -19,7 +19,8 @@ namespace {
 // write those again, and writing them must invalidate what was recorded from them.
 bool undeclared_running_stats(const std::string& name) {
   static const char* const kNames[] = {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
-                                       "aten::cudnn_batch_norm", "aten::miopen_batch_norm"};
+                                       "aten::_batch_norm_with_update", "aten::cudnn_batch_norm",
+                                       "aten::miopen_batch_norm"};
   return std::any_of(std::begin(kNames), std::end(kNames),
                      [&](const char* n) { return name == n; });
 }
@@ -74,6 +75,7 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
     const c10::AliasInfo* alias = args[i].alias_info();
     if (alias && alias->isWrite()) info->written.push_back(static_cast<std::uint16_t>(i));
   }
+  if (!undeclared_running_stats(base)) info->snapshot = info->written;
   if (undeclared_running_stats(base)) {
     for (std::uint16_t i : {3, 4}) {
       if (i < args.size() && std::find(info->written.begin(), info->written.end(), i) ==

@@ -38,6 +38,11 @@ struct OpInfo {
   // Positions of the arguments the op writes: those its schema marks (a!), and the
   // running statistics batch norms update behind a schema that does not say so.
   std::vector<std::uint16_t> written;
+  // Of those, the ones whose contents before the op its results may depend on: a recording
+  // keeps a copy of them as they were (Note [What a recorded op writes] in dispatch.cpp).
+  // All but the batch norms' running statistics, which training-mode batch norm writes
+  // without reading and inference-mode batch norm reads without writing.
+  std::vector<std::uint16_t> snapshot;
   Flops flops = Flops::kNone;
   std::uint16_t num_arguments = 0;
   std::uint16_t num_returns = 0;

@@ -467,6 +467,43 @@ def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+def an_op_that_updates_state_it_reads_replays_from_the_state_it_read() -> None:
+    """Quantization-aware training's fused observer and fake quantizer: one op updates its
+    running min and max, computes a scale from them and quantizes its input with it. A
+    replay that started from the state after the op would quantize with another scale."""
+    torch.manual_seed(0)
+    x = torch.randn(128, 1024) * 3
+    w = torch.randn(1024, 1024, requires_grad=True)
+    on = torch.ones(1, dtype=torch.long)
+
+    def step(evict):
+        w.grad = None
+        # A running min and max from earlier batches: the update moves them (from the
+        # first batch's infinities it would set them, and a second update would agree).
+        state = [torch.tensor([-1.0]), torch.tensor([1.0]),
+                 torch.ones(1), torch.zeros(1, dtype=torch.int32)]
+        with pyalloc.recompute() as reg:
+            h = x @ w
+            q = torch.fused_moving_avg_obs_fake_quant(h, on, on, *state, 0.01, 0, 255, -1)
+            node = reg.node_of(q)
+            chain = node.chain if node is not None else 0
+            want = q.detach().clone()
+            if evict:
+                assert reg.evict([node.handle]) == 1 and node.evicted
+            got = q.detach().clone()          # replayed, from the state before the op
+            (q * q).sum().backward()
+            stats = reg.stats()
+        return chain, want, got, w.grad.clone(), [t.clone() for t in state], stats
+
+    chain, want, _, grad, state, _ = step(False)
+    assert chain == 1, chain      # a node with lineage
+    _, want2, got, grad2, state2, stats = step(True)
+    assert stats["recomputes"] >= 1, stats
+    assert torch.equal(want, want2) and torch.equal(want2, got)
+    assert torch.equal(grad, grad2)
+    assert all(torch.equal(a, b) for a, b in zip(state, state2))   # updated once, not twice
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -483,4 +520,5 @@ if __name__ == "__main__":
           views_follow_their_storage,
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,
-          settling_a_pass_without_room_is_no_oom_of_the_programs])
+          settling_a_pass_without_room_is_no_oom_of_the_programs,
+          an_op_that_updates_state_it_reads_replays_from_the_state_it_read])
