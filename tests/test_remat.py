@@ -101,6 +101,19 @@ def test_settling_a_pass_without_room_is_no_oom_of_the_programs():
     run_unit("remat_units", "settling_a_pass_without_room_is_no_oom_of_the_programs")
 
 
+def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
+    # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
+    # registry/src/dispatch.cpp.
+    run_unit("remat_units", "an_op_that_updates_state_it_reads_replays_from_the_state_it_read")
+
+
+def test_a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit():
+    # max(dim)'s gradient is zeros scattered with the incoming gradient, inside backward:
+    # See Note [Fills in backward] in registry/src/dispatch.cpp.
+    run_unit("remat_units",
+             "a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -123,6 +123,20 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // forgets it (its contents are no longer the fill's). `empty` is no fill: what it returns
 // is whatever was in memory, which a replay would not reproduce.
 
+// Note [Fills in backward]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Backward formulas that are no op of their own build a gradient the same way: the
+// gradient of max/min/median along a dimension is `at::zeros(sizes).scatter_(dim,
+// indices, grad)`, of advanced indexing `at::zeros(sizes).index_put_(indices, grad,
+// true)`. The fill reads no tensor, so the per-op path let it pass, the write then landed
+// in a storage that was no node, and the gradient — a whole activation's size (a point
+// cloud network's max over neighbours: 32 MiB) — could not leave until the pass ended.
+// Inside a backward pass under recompute every op that makes a storage is a node (Note
+// [Backward nodes] in backward.cpp), and a fill reads nothing that could change: so a
+// fill there is recorded like any backward op, and the write extends its chain. (Outside
+// backward a fill is only remembered until an activation is written into it: Note [Fills
+// a write makes activations] below.)
+
 // Note [What no_grad derives]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // With grad mode off nothing requires grad, so the forward rule records nothing — yet what
@@ -261,7 +275,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool fills = info.fill && !foreign && at::GradMode::is_enabled() &&
                      torch::autograd::get_current_graph_task_id() == -1 &&
                      !c10::InferenceMode::is_enabled();
-  if (read_keys.empty() && !fills) return pass_through(op, ks, stack);
+  // A fill inside a backward pass is a backward node from the start (Note [Fills in
+  // backward]).
+  const bool backward_fill = info.fill && !foreign && !can_swap_ && !at::GradMode::is_enabled() &&
+                             torch::autograd::get_current_graph_task_id() != -1;
+  if (read_keys.empty() && !fills && !backward_fill) return pass_through(op, ks, stack);
   // Whether the op may make an activation (what else decides is looked at below). One that
   // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
   // could not be trusted), but what it reads of the plain kind is still restored and

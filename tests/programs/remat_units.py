@@ -504,6 +504,40 @@ def an_op_that_updates_state_it_reads_replays_from_the_state_it_read() -> None:
     assert all(torch.equal(a, b) for a, b in zip(state, state2))   # updated once, not twice
 
 
+def a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit() -> None:
+    """The gradient of a max over a dimension is zeros scattered with the incoming
+    gradient, built inside backward by a fill and a write: a node with a chain of two
+    (the fill, the write), evicted from a hook and replayed when the pass reads it."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 256)
+    w = torch.randn(256, 4096, requires_grad=True)
+
+    def step(evict):
+        w.grad = None
+        seen = {}
+        with pyalloc.recompute() as reg:
+            h = x @ w                                   # 64 x 4096: 1 MiB
+
+            def hook(grad):                             # the gradient with respect to h
+                node = reg.node_of(grad)
+                seen["chain"] = node.chain if node is not None else 0
+                if evict and node is not None:
+                    seen["evicted"] = reg.evict([node.handle])
+                return None
+
+            h.register_hook(hook)
+            values, _ = h.view(64, 16, 256).max(dim=1)
+            (values * values).sum().backward()
+            stats = reg.stats()
+        return seen, w.grad.clone(), stats
+
+    seen, want, _ = step(False)
+    assert seen["chain"] == 2, seen                     # the fill, then the scatter
+    seen, got, stats = step(True)
+    assert seen.get("evicted") == 1 and stats["recomputes"] >= 1, (seen, stats)
+    assert torch.equal(want, got)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -521,4 +555,5 @@ if __name__ == "__main__":
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,
           settling_a_pass_without_room_is_no_oom_of_the_programs,
-          an_op_that_updates_state_it_reads_replays_from_the_state_it_read])
+          an_op_that_updates_state_it_reads_replays_from_the_state_it_read,
+          a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit])
