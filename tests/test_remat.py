@@ -114,6 +114,11 @@ def test_a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for
              "a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit")
 
 
+def test_what_the_program_keeps_comes_back_before_a_write_to_what_made_it():
+    # See Note [Evicted dependents come back first] in registry/src/writes.cpp.
+    run_unit("remat_units", "what_the_program_keeps_comes_back_before_a_write_to_what_made_it")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -298,6 +298,10 @@ class Registry {
   // the ones not settled are passed to `put_back` and the error is rethrown.
   template <typename PutBack>
   void settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, PutBack&& put_back);
+  // Brings back and freezes the evicted live nodes made from the dead ones among `readers`
+  // when they are no larger than those dead readers: Note [Evicted dependents come back
+  // first] in writes.cpp.
+  void restore_evicted_dependents_locked(Lock& lock, c10::ArrayRef<Handle> readers);
   // Whether `reader` was recorded from an earlier version of `node`.
   bool reads_earlier_locked(const Node* reader, const Node* node) const;
   // Freezes `node` after settling its readers of earlier versions.

@@ -538,6 +538,46 @@ def a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit(
     assert torch.equal(want, got)
 
 
+def what_the_program_keeps_comes_back_before_a_write_to_what_made_it() -> None:
+    """An evicted result the program keeps past the backward pass, made through a chain of
+    dead activations each of which read a weight: the weight's write brings the result back
+    (frozen) instead of rebuilding and keeping every dead reader of the weight."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 256)
+    w = torch.randn(256, 256, requires_grad=True)
+
+    def forward():
+        h = x
+        for _ in range(8):
+            h = torch.tanh(h @ w)                     # eight reads of w, each 64 KiB
+        return h * 2
+
+    def step(evict):
+        w.grad = None
+        with pyalloc.recompute() as reg:
+            out = forward()                           # kept by the program past backward
+            want = out.detach().clone()
+            out.sum().backward()                      # the chain behind `out` is dead now
+            node = reg.node_of(out)
+            if evict:
+                assert reg.evict([node.handle]) == 1 and node.evicted
+            with torch.no_grad():
+                w.add_(w.grad, alpha=-0.1)            # the optimizer's write
+            kept_dead = sum(1 for n in reg.nodes.values() if n.dead and n._info().data)
+            state = (node.evicted, node.chain)
+            got = out.detach().clone()
+        return want, got, kept_dead, state, w.detach().clone()
+
+    want, got, kept_dead, state, w1 = step(False)
+    assert torch.equal(want, got) and kept_dead == 0 and state == (False, 0), (kept_dead, state)
+    w.data.copy_(torch.randn(256, 256, generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    want, got, kept_dead, state, _ = step(True)
+    assert state == (False, 0), state                 # back, and frozen (no lineage left)
+    assert kept_dead == 0, kept_dead                  # no dead reader rebuilt and kept
+    assert torch.equal(want, got)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -556,4 +596,5 @@ if __name__ == "__main__":
           modifying_a_saved_tensor_in_place_is_still_an_error,
           settling_a_pass_without_room_is_no_oom_of_the_programs,
           an_op_that_updates_state_it_reads_replays_from_the_state_it_read,
-          a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit])
+          a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit,
+          what_the_program_keeps_comes_back_before_a_write_to_what_made_it])
