@@ -1,5 +1,7 @@
 # Untuned: small Hugging Face BERT sequence classifier (built from config, no downloads) with
-# gradient checkpointing (model.gradient_checkpointing_enable()), dropout on, AdamW + linear warmup schedule, 3 steps.
+# gradient checkpointing (model.gradient_checkpointing_enable(); REENTRANT=1: with
+# gradient_checkpointing_kwargs={"use_reentrant": True}), dropout on, AdamW + linear warmup schedule, 3 steps.
+import os
 import torch
 from common import setup, report
 policy = setup()
@@ -8,7 +10,8 @@ cfg = BertConfig(vocab_size=1024, hidden_size=128, num_hidden_layers=4, num_atte
                  intermediate_size=512, max_position_embeddings=128, num_labels=3,
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
 model = BertForSequenceClassification(cfg)
-model.gradient_checkpointing_enable()
+model.gradient_checkpointing_enable(
+    gradient_checkpointing_kwargs={"use_reentrant": os.environ.get("REENTRANT") == "1"})
 model.train()
 opt = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=0.01)
 sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=1, num_training_steps=3)
