@@ -41,7 +41,8 @@ struct OpInfo {
   // Of those, the ones whose contents before the op its results may depend on: a recording
   // keeps a copy of them as they were (Note [What a recorded op writes] in dispatch.cpp).
   // All but the batch norms' running statistics, which training-mode batch norm writes
-  // without reading and inference-mode batch norm reads without writing.
+  // without reading and inference-mode batch norm reads without writing, and what random
+  // ops write, their draws (rrelu_with_noise's noise, as large as its input).
   std::vector<std::uint16_t> snapshot;
   Flops flops = Flops::kNone;
   std::uint16_t num_arguments = 0;

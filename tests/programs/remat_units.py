@@ -18,11 +18,13 @@ def random_ops_replay_bit_for_bit() -> None:
     with pyalloc.recompute(min_bytes=0) as reg:
         y = torch.nn.functional.dropout(x, 0.5) * 3      # empty_like, bernoulli_, div_, mul
         z = torch.rand_like(x) + x                      # a random creation
-        want_y, want_z = y.detach().clone(), z.detach().clone()
+        # A random op that writes an argument: its draws (no copy of what was there).
+        r = torch.nn.functional.rrelu(x * 1, training=True)
+        want_y, want_z, want_r = y.detach().clone(), z.detach().clone(), r.detach().clone()
         assert reg.evict(list(reg.nodes)) > 0
         assert y.untyped_storage().nbytes() == 0        # really evicted
         torch.randn(10)                                 # moves the generator on
-        assert torch.equal(y, want_y) and torch.equal(z, want_z)
+        assert torch.equal(y, want_y) and torch.equal(z, want_z) and torch.equal(r, want_r)
         assert reg.recomputes >= 2
         # Each replayed op is counted under its name: what recompute spent its time on.
         replays = reg.replays_by_op()
