@@ -167,8 +167,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // running statistics without reading them, in inference mode they read them without
 // writing, so a copy per batch norm per step would buy nothing. So are random ops: what
 // they write is their draws (rrelu_with_noise's noise, as large as its input), replayed
-// from the generator's state. A later write of the
-// argument still settles the op's readers (leaf_readers_), which is conservative now.
+// from the generator's state. A later write of the argument still settles the op's
+// readers (leaf_readers_), which is conservative now.
 
 // Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
 template <typename Fn>

@@ -75,9 +75,10 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
     const c10::AliasInfo* alias = args[i].alias_info();
     if (alias && alias->isWrite()) info->written.push_back(static_cast<std::uint16_t>(i));
   }
+  const bool batch_norm = undeclared_running_stats(base);
   // (A random op writes its draws there: rrelu_with_noise's noise, as large as its input.)
-  if (!undeclared_running_stats(base) && !info->random) info->snapshot = info->written;
-  if (undeclared_running_stats(base)) {
+  if (!batch_norm && !info->random) info->snapshot = info->written;
+  if (batch_norm) {
     for (std::uint16_t i : {3, 4}) {
       if (i < args.size() && std::find(info->written.begin(), info->written.end(), i) ==
                                  info->written.end())

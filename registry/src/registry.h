@@ -310,6 +310,15 @@ class Registry {
   // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
   // nothing changed, when one of them is evicted. See Note [Writes under dead readers].
   bool freeze_dependents_locked(Lock& lock, Node* dead);
+  // What `dead` feeds, through dead readers (walked into) to the live ones (not beyond),
+  // `settling_` passed over: the live nodes, resident and evicted, the dead ones on the
+  // way, and whether one of those is pinned (being replayed: not walked into).
+  struct Dependents {
+    c10::SmallVector<Handle, 4> live, evicted;
+    c10::SmallVector<Handle, 16> dead;
+    bool replaying = false;
+  };
+  Dependents dependents_locked(const Node* dead);
   // The node whose readers are being settled (0: none), which freeze_dependents_locked
   // passes over: See Note [A written node keeps its chain while its readers settle] in
   // writes.cpp. Settling sets it for a scope and puts back the one before (settling nests).

@@ -137,18 +137,15 @@ void Registry::restore_evicted_dependents_locked(Lock& lock, c10::ArrayRef<Handl
     Node* dead = find_locked(h);
     if (!dead || dead->frozen || dead->pins || !(dead->dead || dead->weak.expired())) continue;
     bool feeds = false;
-    walk_readers_locked(dead, [&](Node* reader) {
-      if (reader->handle == settling_) return Walk::kOver;
-      if (reader->dead || reader->weak.expired()) return reader->pins ? Walk::kOver : Walk::kInto;
-      if (reader->evicted && !reader->pins) {
-        feeds = true;
-        if (std::find(evicted.begin(), evicted.end(), reader->handle) == evicted.end()) {
-          evicted.push_back(reader->handle);
-          evicted_bytes += reader->nbytes;
-        }
+    for (Handle e : dependents_locked(dead).evicted) {
+      const Node* node = find_locked(e);
+      if (!node || node->pins) continue;  // being restored already
+      feeds = true;
+      if (std::find(evicted.begin(), evicted.end(), e) == evicted.end()) {
+        evicted.push_back(e);
+        evicted_bytes += node->nbytes;
       }
-      return Walk::kOver;
-    });
+    }
     if (feeds) dead_bytes += dead->nbytes;
   }
   if (evicted.empty() || evicted_bytes > dead_bytes) return;
@@ -213,26 +210,33 @@ void Registry::settle_readers_locked(Lock& lock, c10::ArrayRef<Handle> readers, 
 // live nodes themselves are on the device already (when none was evicted), and freezing
 // them costs neither. When a live dependent is evicted, bringing it back would rebuild
 // the dead reader anyway: then the dead reader is rebuilt and kept, as any reader is.
-bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
-  c10::SmallVector<Handle, 4> live;
-  c10::SmallVector<Handle, 16> dead_nodes{dead->handle};
-  const bool all_resident = walk_readers_locked(dead, [&](Node* reader) {
+Registry::Dependents Registry::dependents_locked(const Node* dead) {
+  Dependents found;
+  walk_readers_locked(dead, [&](Node* reader) {
     // The node whose readers are being settled is frozen once they all are, not before.
     if (reader->handle == settling_) return Walk::kOver;
     // Dead or dying, without marking it here: mark_dead_locked walks readers itself.
     if (reader->dead || reader->weak.expired()) {
-      if (reader->pins) return Walk::kStop;  // being replayed: leave it to the rebuild
-      dead_nodes.push_back(reader->handle);
+      if (reader->pins) {  // being replayed: leave it to the rebuild
+        found.replaying = true;
+        return Walk::kOver;
+      }
+      found.dead.push_back(reader->handle);
       return Walk::kInto;
     }
-    if (reader->evicted) return Walk::kStop;
-    live.push_back(reader->handle);
+    (reader->evicted ? found.evicted : found.live).push_back(reader->handle);
     return Walk::kOver;
   });
-  if (!all_resident) return false;
-  for (Handle h : live)
+  return found;
+}
+
+bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
+  Dependents found = dependents_locked(dead);
+  if (found.replaying || !found.evicted.empty()) return false;
+  for (Handle h : found.live)
     if (Node* node = find_locked(h)) freeze_now(lock, node);
-  release_dead_locked(dead_nodes);  // no lineage reads them now
+  found.dead.insert(found.dead.begin(), dead->handle);
+  release_dead_locked(found.dead);  // no lineage reads them now
   return true;
 }
 
