@@ -130,12 +130,15 @@ def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
     assert "served" in with_pool and "moved 1" in with_pool and "intact True" in with_pool
 
 
-def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_engine):
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_engine, keep):
+    # keep_stitched off: the freed range is retired, unmapped once its stream is done. On
+    # (the default): it stays mapped, and the second stitch of the same pieces takes it.
     import ctypes
 
     from memory_patterns import assert_pattern
 
-    engine = make_engine(budget="40MiB")
+    engine = make_engine(budget="40MiB", keep_stitched=keep)
     stream = engine.create_stream()
     blocks = punch_holes(engine, stream)
     big = engine.alloc(12 << 20, stream)
@@ -149,11 +152,16 @@ def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_eng
     engine.free(big)
     stats = engine.stats()
     assert engine.blocked_ns() == blocked
-    assert stats["retired_stitched_ranges"] == 1 and engine.snapshot()["stitched"] == []
+    assert stats["retired_stitched_ranges"] == (0 if keep else 1)
+    assert stats["kept_stitched_ranges"] == (1 if keep else 0)
+    assert engine.snapshot()["stitched"] == []
     assert stats["allocated_bytes.all.current"] == 5 * (4 << 20)
     again = engine.alloc(12 << 20, stream)     # stitched again from the same pieces, no fence
     after = engine.stats()
     assert after["num_stitches"] == 2 and after["num_stream_fences"] == stats["num_stream_fences"]
+    assert after["num_stitch_reuses"] == (1 if keep else 0)
+    assert after["num_segment_maps"] == stats["num_segment_maps"] + (0 if keep else 1)
+    assert (again == big) == keep              # the same range, mapped once
     engine.fill_async(stream, again, 12 << 20, 0x33)
     engine.set_stream_delay(stream, 0)
     engine.synchronize()
@@ -164,14 +172,76 @@ def test_a_freed_stitched_range_is_reused_on_its_stream_without_waiting(make_eng
         assert_pattern(ptr, 4 << 20, 2 * i)
     engine.set_stream_delay(stream, 50_000)     # the range's event lands after free() returns
     engine.free(again)
-    assert engine.stats()["retired_stitched_ranges"] == 1
+    assert engine.stats()["retired_stitched_ranges"] == (0 if keep else 1)
     engine.synchronize()
     # Every segment still holds a survivor, so nothing is released; the retired range,
-    # whose stream is done, is unmapped all the same.
+    # whose stream is done, is unmapped all the same, and a kept one stays.
     engine.empty_cache()
     assert engine.stats()["retired_stitched_ranges"] == 0
+    assert engine.stats()["kept_stitched_ranges"] == (1 if keep else 0)
     for ptr in blocks[0::2]:
         engine.free(ptr)
+    # A release unmaps what is kept before the segments it maps.
+    before = engine.stats()
+    engine.empty_cache()
+    end = engine.stats()
+    assert end["kept_stitched_ranges"] == 0 and end["reserved_bytes.all.current"] == 0
+    released = end["num_device_free"] - before["num_device_free"]
+    assert end["num_segment_unmaps"] - before["num_segment_unmaps"] == released + keep
+    engine.check_invariants()
+
+
+def test_kept_stitched_ranges_serve_only_the_same_pieces_and_at_most_sixteen_stay(make_engine):
+    # Twenty 2 MiB holes between live 2 MiB blocks, and a budget with no room to grow:
+    # every request of 4 MiB or more is stitched, from the lowest holes first. Seventeen
+    # sizes plan seventeen different sets of pieces: each freed range is kept until
+    # sixteen are, then the oldest is unmapped. A kept range serves only a plan of exactly
+    # its pieces; the contents written through a reused range land in those pieces.
+    import ctypes
+
+    from memory_patterns import assert_pattern, write_pattern
+
+    MiB = 1 << 20
+    engine = make_engine(budget="80MiB")
+    blocks = [engine.alloc(2 * MiB) for _ in range(40)]
+    for i, ptr in enumerate(blocks):
+        write_pattern(ptr, 2 * MiB, i)
+    for ptr in blocks[1::2]:
+        engine.free(ptr)
+    start = engine.stats()
+    ranges = {}
+    for k in range(2, 19):
+        ptr = engine.alloc(k * 2 * MiB)
+        ranges[k] = ptr
+        engine.free(ptr)
+    stats = engine.stats()
+    assert stats["num_stitches"] - start["num_stitches"] == 17
+    assert stats["num_segment_maps"] - start["num_segment_maps"] == 17
+    assert stats["kept_stitched_ranges"] == 16
+    assert stats["num_segment_unmaps"] - start["num_segment_unmaps"] == 1   # the oldest, k=2
+    again = engine.alloc(3 * 2 * MiB)                 # the same pieces as k=3: kept, reused
+    assert again == ranges[3]
+    ctypes.memset(again, 0x7E, 6 * MiB)
+    first = engine.alloc(2 * 2 * MiB)                 # k=2's range was unmapped: a new one
+    after = engine.stats()
+    assert after["num_stitch_reuses"] == 1
+    assert after["num_segment_maps"] == stats["num_segment_maps"] + 1
+    # k=3's pieces (the three lowest holes) hold what was written through the range, and
+    # k=2's new range the next two holes; the live blocks are untouched.
+    pieces = sorted(p for r in engine.snapshot()["stitched"] if r["address"] == again for p in r["pieces"])
+    assert [size for _, size in pieces] == [2 * MiB] * 3
+    for address, size in pieces:
+        assert ctypes.string_at(address, size) == b"\x7e" * size
+    for i, ptr in enumerate(blocks[0::2]):
+        assert_pattern(ptr, 2 * MiB, 2 * i)
+    engine.free(again)
+    engine.free(first)
+    for ptr in blocks[0::2]:
+        engine.free(ptr)
+    engine.empty_cache()
+    end = engine.stats()
+    assert end["kept_stitched_ranges"] == 0 and end["reserved_bytes.all.current"] == 0
+    engine.check_invariants()
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ Engine::~Engine() {
   std::lock_guard<std::mutex> lock(mutex_);
   process_events_locked(/*wait=*/true);
   unmap_retired_locked(/*wait=*/true);
+  unmap_kept_locked(/*wait=*/true);
   release_cached_locked();
   // Swap state: every copy is complete after the synchronization release_cached_locked
   // made (or the one below, if it had nothing to release).
@@ -284,12 +285,13 @@ std::size_t Engine::budget() const {
 
 std::string Engine::stats_json() {
   std::lock_guard<std::mutex> lock(mutex_);
-  char extra[320];
+  char extra[384];
   std::snprintf(extra, sizeof extra,
                 "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu,"
-                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu,\"retired_stitched_ranges\":%zu",
+                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu,\"retired_stitched_ranges\":%zu,"
+                "\"kept_stitched_ranges\":%zu",
                 budget_, device_total_, pending_.size(), host_pool_.capacity(), slots_.size(),
-                retired_ranges_.size());
+                retired_ranges_.size(), kept_ranges_.size());
   return pyalloc::stats_json(pool_.stats(), pool_.fragmentation(), extra);
 }
 

@@ -389,6 +389,21 @@ class Engine {
   };
   // Unmaps the retired ranges whose events are complete (all of them with wait).
   void unmap_retired_locked(bool wait);
+  // A freed stitched range kept mapped for the next stitch of the same pieces (Note
+  // [Keeping stitched mappings] in segments.cpp): its pieces, in mapping order, and the
+  // event its stream's work before the free completes by (0: none pending).
+  struct KeptRange {
+    std::uintptr_t va;
+    std::size_t bytes;
+    std::vector<std::pair<std::uintptr_t, std::size_t>> pieces;
+    EventId event;
+  };
+  static constexpr std::size_t kMaxKeptRanges = 16;
+  // The kept range mapping exactly `runs`, served as a new stitched block; else nullptr.
+  Block* reuse_kept_locked(const std::vector<Pool::StitchRun>& runs, std::size_t bytes,
+                           std::size_t size, StreamId stream);
+  // Unmaps every kept range (wait: for their events first; else the caller synchronized).
+  void unmap_kept_locked(bool wait);
   // Returns a block to the pool, tagged idle if its stream's work is already done.
   void release_locked(Block* block);
   EventId acquire_event_locked();
@@ -433,6 +448,7 @@ class Engine {
   std::vector<PendingFree> pending_;   // guarded by mutex_
   std::vector<EventId> spare_events_;  // guarded by mutex_
   std::vector<RetiredRange> retired_ranges_;  // guarded by mutex_
+  std::vector<KeptRange> kept_ranges_;        // guarded by mutex_; oldest first
   TraceRing trace_;                    // guarded by mutex_
   bool long_lived_ = false;            // guarded by mutex_; set_long_lived
   std::string last_oom_json_;          // guarded by mutex_; last_oom_json()

@@ -51,6 +51,11 @@ namespace pyalloc {
     "segments do, stitch them rather than map a new segment (where they hold 20 MiB or "    \
     "more of it but not all, map only the rest and stitch), and grow by segments no larger " \
     "than the request, so reserved memory grows only when free memory falls short.")        \
+  X(keep_stitched, kBool, bool, "true", "",                                                 \
+    "With stitch: a freed stitched range stays mapped (up to 16 of them), and the next "     \
+    "stitch of exactly the same free chunks takes it again instead of mapping a new range, " \
+    "so a stitch that recurs every training step maps nothing after the first. Kept "        \
+    "ranges are unmapped before any memory is released.")                                    \
   X(expandable, kBool, bool, "false", "",                                                   \
     "Large pool: one segment that grows by mapping 2 MiB chunks at its end (and gives free " \
     "chunks at its end back on release), instead of a new segment per cache miss, as "      \

@@ -178,6 +178,7 @@ bool Engine::release_cached_locked() {
   backend_->synchronize_device();
   ++pool_.stats().num_sync_all_streams;
   unmap_retired_locked(/*wait=*/true);   // their events are complete now: no wait
+  unmap_kept_locked(/*wait=*/false);     // before the segments they map (Note [Keeping stitched mappings])
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
   adopt_released_pools_locked();
   for (Segment* seg : pool_.take_releasable_segments()) unmap_segment_locked(seg);
@@ -209,6 +210,7 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     runs = pool_.plan_stitch(bytes, chunk, stream);
     if (runs.empty()) return nullptr;
   }
+  if (Block* block = reuse_kept_locked(runs, bytes, size, stream)) return block;
   const std::uintptr_t va = backend_->reserve(bytes);
   if (!va) return nullptr;
   std::size_t mapped = 0;
@@ -255,10 +257,29 @@ void Engine::free_stitched_locked(Block* block) {
     if (!synchronous) backend_->synchronize_stream(stream);
     for (StreamId s : block->stream_uses) backend_->synchronize_stream(s);
   }
+  std::vector<std::pair<std::uintptr_t, std::size_t>> pieces;
+  if (options_.keep_stitched) {
+    pieces.reserve(block->segment->pieces.size());
+    for (const Block* piece : block->segment->pieces) pieces.emplace_back(piece->addr, piece->size);
+  }
   std::uintptr_t va = 0;
   std::size_t bytes = 0;
   pool_.dissolve_stitched(block, &va, &bytes, done ? stream : kAnyStream);
-  if (done) {
+  if (options_.keep_stitched) {
+    kept_ranges_.push_back(KeptRange{va, bytes, std::move(pieces), done});
+    if (kept_ranges_.size() > kMaxKeptRanges) {  // the oldest goes the usual way
+      const KeptRange oldest = std::move(kept_ranges_.front());
+      kept_ranges_.erase(kept_ranges_.begin());
+      if (oldest.event) {
+        retired_ranges_.push_back(RetiredRange{oldest.va, oldest.bytes, oldest.event});
+        unmap_retired_locked(/*wait=*/false);
+      } else {
+        backend_->unmap(oldest.va, oldest.bytes);
+        backend_->unreserve(oldest.va, oldest.bytes);
+        ++pool_.stats().num_segment_unmaps;
+      }
+    }
+  } else if (done) {
     retired_ranges_.push_back(RetiredRange{va, bytes, done});
     unmap_retired_locked(/*wait=*/false);
   } else {
@@ -266,6 +287,60 @@ void Engine::free_stitched_locked(Block* block) {
     backend_->unreserve(va, bytes);
     ++pool_.stats().num_segment_unmaps;
   }
+}
+
+// Note [Keeping stitched mappings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under a policy the same stitch recurs every step: the same request, at the same point of
+// the step, finds the same layout and gathers the same free chunks — ResNet-50 under
+// recompute on an H100 mapped and unmapped three ranges a step. A mapping is driver work
+// (cuMemMap and cuMemSetAccess, then cuMemUnmap), and issue 20 asks for none in steady
+// state. So a freed stitched range is not unmapped: its pieces go back to their segments as
+// before (they are free blocks, which any request may take), and the range stays mapped
+// over them, remembered with their addresses. When a later stitch plans exactly those
+// pieces, in the same order, it takes the kept range instead of mapping a new one (GMLake
+// keeps its stitched blocks the same way). Whether the pieces are free, and free for the
+// stream, is what the plan already checked; the mapping itself holds no memory, so keeping
+// it changes no count of reserved or allocated bytes, and the layout is the one the plan
+// chose without it. A kept range only maps pages of segments the pool holds: every release
+// (the only place segments or their chunks are unmapped) synchronizes the device and unmaps
+// the kept ranges first. At most kMaxKeptRanges are kept; the oldest is retired beyond that.
+
+Block* Engine::reuse_kept_locked(const std::vector<Pool::StitchRun>& runs, std::size_t bytes,
+                                 std::size_t size, StreamId stream) {
+  for (auto it = kept_ranges_.begin(); it != kept_ranges_.end(); ++it) {
+    if (it->bytes != bytes || it->pieces.size() != runs.size()) continue;
+    bool same = true;
+    for (std::size_t i = 0; same && i < runs.size(); ++i)
+      same = it->pieces[i].first == runs[i].start && it->pieces[i].second == runs[i].bytes;
+    if (!same) continue;
+    const std::uintptr_t va = it->va;
+    // Its event only said when the range could be unmapped; a new block on it is ordered
+    // by its pieces' streams, as a fresh range would be.
+    if (it->event) spare_events_.push_back(it->event);
+    kept_ranges_.erase(it);
+    Block* block = pool_.add_stitched(va, bytes, runs, size, stream);
+    Stats& s = pool_.stats();
+    ++s.num_stitches;
+    ++s.num_stitch_reuses;
+    s.num_stitched_bytes += static_cast<std::int64_t>(bytes);
+    trace_.record(TraceAction::kStitch, va, bytes, size, stream);
+    return block;
+  }
+  return nullptr;
+}
+
+void Engine::unmap_kept_locked(bool wait) {
+  for (const KeptRange& r : kept_ranges_) {
+    if (r.event) {
+      if (wait) backend_->synchronize_event(r.event);
+      spare_events_.push_back(r.event);
+    }
+    backend_->unmap(r.va, r.bytes);
+    backend_->unreserve(r.va, r.bytes);
+    ++pool_.stats().num_segment_unmaps;
+  }
+  kept_ranges_.clear();
 }
 
 void Engine::unmap_retired_locked(bool wait) {

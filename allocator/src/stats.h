@@ -45,6 +45,7 @@ namespace pyalloc {
   X(num_small_borrows, "small requests served from a large-pool block (budget spent)")  \
   X(num_stitches, "requests served by stitching free chunks into a new range")         \
   X(num_stitched_bytes, "bytes of those ranges")                                      \
+  X(num_stitch_reuses, "of those stitches, served by a kept range: no mapping")      \
   X(num_compactions, "compaction rounds: live storages moved to open a hole (rung compact)")  \
   X(num_relocations, "storages those rounds moved, device to device")                   \
   X(num_relocated_bytes, "bytes of the blocks they moved into")                          \
