@@ -23,6 +23,7 @@ import sys
 
 
 ENGINE_KEYS = ("num_sync_all_streams", "num_segment_maps", "num_segment_unmaps", "num_stitches",
+               "num_stitch_reuses",
                "num_evictions", "num_alloc_retries", "num_stream_fences", "num_ooms",
                "num_evict_rounds")
 REGISTRY_KEYS = ("recomputes", "swap_outs", "swap_ins", "prefetches", "eager_evictions")
