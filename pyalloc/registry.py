@@ -45,8 +45,10 @@ import contextlib
 import ctypes
 import json
 import os
+import sys
+import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -105,6 +107,51 @@ class Node:
         i = self._info()
         state = "evicted" if i.evicted else "resident"
         return f"Node({self.handle}, {i.nbytes} bytes, {state}, chain {i.chain})"
+
+
+# Note [Threads the program starts]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The registry's dispatch key is thread-local: included on the thread that starts the policy,
+# and inherited by autograd's worker threads from the graph task's state. A thread the program
+# starts itself (threading.Thread, a ThreadPoolExecutor's workers: a metrics logger, an
+# evaluation run beside training) ran its ops without it, so an op there that read an evicted
+# storage read memory that was not there: a segmentation fault. So while a policy runs, every
+# thread started through `threading` includes the key as well. threading installs its profile
+# hook in each thread it starts; ours, at the thread's first Python call, includes the key and
+# hands the thread to the hook that was there before (a profiler's), if any. Threads already
+# running when the policy started are not reached: start them after install(). A thread keeps
+# the key after the policy stops; the fallback then only passes its ops on.
+class _ThreadsStarted:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._previous: Optional[Callable[..., Any]] = None
+
+    def _hook(self, frame: Any, event: str, arg: Any) -> Any:
+        previous = self._previous
+        sys.setprofile(previous)          # this thread's hook from now on: the one before ours
+        _torch_shim.load().pyalloc_registry_thread_enable(1)
+        return previous(frame, event, arg) if previous is not None else None
+
+    def include(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                get = getattr(threading, "getprofile", lambda: getattr(threading, "_profile_hook", None))
+                self._previous = get()
+                threading.setprofile(self._hook)
+
+    def leave_out(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                current = getattr(threading, "_profile_hook", None)
+                if current == self._hook:     # not replaced since (by a profiler started later)
+                    threading.setprofile(self._previous)
+                self._previous = None
+
+
+_threads_started = _ThreadsStarted()
 
 
 class Registry:
@@ -170,11 +217,13 @@ class Registry:
             raise RuntimeError("pyalloc: " + _torch_shim.last_error())
         self._running = True
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))
+        _threads_started.include()
 
     def _stop(self) -> None:
         if not self._running:
             return
         shim = _torch_shim.load()
+        _threads_started.leave_out()
         shim.pyalloc_registry_thread_enable(int(self._was_enabled))
         self._running = False
         if shim.pyalloc_registry_stop() != 0:

@@ -93,3 +93,12 @@ def test_a_benchmark_time_limit_stops_a_backward_running_in_cpp():
     # the limit's watchdog interrupts the registry, and the error it raises becomes
     # TooSlow (the exception chain tells the two ways apart).
     run_unit("dispatch_units", "a_benchmark_time_limit_stops_a_backward_running_in_cpp")
+
+
+def test_threads_the_program_starts_read_evicted_tensors_as_they_were():
+    # Before Note [Threads the program starts], a read on such a thread was a segfault.
+    run_unit("dispatch_units", "threads_the_program_starts_read_evicted_tensors_as_they_were")
+
+
+def test_training_in_a_thread_the_program_starts_evicts_and_trains_the_same():
+    run_unit("dispatch_units", "training_in_a_thread_the_program_starts_evicts_and_trains_the_same")

@@ -133,6 +133,78 @@ def a_benchmark_time_limit_stops_a_backward_running_in_cpp() -> None:
         reg.check_invariants()
 
 
+def threads_the_program_starts_read_evicted_tensors_as_they_were() -> None:
+    # Note [Threads the program starts] in pyalloc/registry.py: an op on a thread started
+    # with `threading` while a policy runs restores what it reads (before, a segfault).
+    import concurrent.futures
+    import threading
+
+    w = torch.randn(1024, 1024, requires_grad=True)
+    x = torch.randn(1024, 1024)
+    for policy in ("recompute", "swap"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            h = torch.tanh(x @ w)
+            want = h.detach().clone()
+            got = []
+
+            def read() -> None:
+                got.append(h.detach().clone())
+
+            for start in (lambda: threading.Thread(target=read).start(),
+                          lambda: concurrent.futures.ThreadPoolExecutor(1).submit(read).result()):
+                assert reg.evict([reg.node_of(h).handle]) == 1
+                assert h.untyped_storage().nbytes() == 0
+                start()
+                for t in threading.enumerate():
+                    if t is not threading.current_thread() and not t.daemon:
+                        t.join()
+                assert torch.equal(got.pop(), want), policy
+            h.sum().backward()
+            reg.check_invariants()
+
+
+def training_in_a_thread_the_program_starts_evicts_and_trains_the_same() -> None:
+    # The whole step on a thread the program started after the policy: its activations are
+    # nodes, evicted after forward and recomputed in backward, bit for bit.
+    import threading
+
+    def train(steps_in_thread: bool) -> list:
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                    torch.nn.Dropout(0.1), torch.nn.Linear(512, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        data = torch.Generator().manual_seed(2)
+        batches = [(torch.randn(128, 256, generator=data), torch.randint(0, 10, (128,), generator=data))
+                   for _ in range(3)]
+        recomputes = []
+
+        def steps(reg=None) -> None:
+            for x, y in batches:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                if reg is not None:
+                    before = reg.recomputes
+                    assert reg.evict(list(reg.nodes)) > 0
+                opt.zero_grad()
+                loss.backward()
+                if reg is not None:
+                    recomputes.append(reg.recomputes - before)
+                opt.step()
+
+        if steps_in_thread:
+            with pyalloc.recompute(min_bytes=0) as reg:
+                t = threading.Thread(target=steps, args=(reg,))
+                t.start()
+                t.join()
+            assert len(recomputes) == 3 and min(recomputes) > 0, recomputes
+        else:
+            steps()
+        return [p.detach().clone() for p in model.parameters()]
+
+    plain = train(False)
+    threaded = train(True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, threaded))
+
+
 if __name__ == "__main__":
     main([composite_ops_are_seen_through_to_their_pieces,
           autocast_casts_are_nodes,
@@ -140,4 +212,6 @@ if __name__ == "__main__":
           python_numbers_replay_as_numbers,
           every_activation_of_a_forward_pass_is_a_node,
           an_interrupt_stops_a_recomputation_in_backward_and_keeps_training_state,
-          a_benchmark_time_limit_stops_a_backward_running_in_cpp])
+          a_benchmark_time_limit_stops_a_backward_running_in_cpp,
+          threads_the_program_starts_read_evicted_tensors_as_they_were,
+          training_in_a_thread_the_program_starts_evicts_and_trains_the_same])
