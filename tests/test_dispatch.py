@@ -102,3 +102,8 @@ def test_threads_the_program_starts_read_evicted_tensors_as_they_were():
 
 def test_training_in_a_thread_the_program_starts_evicts_and_trains_the_same():
     run_unit("dispatch_units", "training_in_a_thread_the_program_starts_evicts_and_trains_the_same")
+
+
+def test_a_read_of_evicted_memory_outside_the_registry_is_a_clear_error():
+    # Before Note [Reads of evicted memory] (registry/src/node.h): a segfault.
+    run_unit("dispatch_units", "a_read_of_evicted_memory_outside_the_registry_is_a_clear_error")

@@ -19,7 +19,7 @@ constexpr double kRelocatePenalty = 64.0;
 void Registry::mark_locked(Node* node) {
   if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return;
   const c10::StorageImpl* s = node->peek();
-  void* ptr = s ? s->data_ptr().get() : nullptr;
+  void* ptr = s ? data_of(&*s) : nullptr;
   if (!ptr) {
     if (!node->dead && node->weak.expired()) mark_dead_locked(node);
     return;
@@ -37,7 +37,7 @@ void Registry::unmark_locked(Node* node) {
   if (!node->marked) return;
   node->marked = false;
   const c10::StorageImpl* s = node->peek();
-  if (s && s->data_ptr().get()) engine_api::api().set_evictable(engine_, s->data_ptr().get(), 0, 0);
+  if (s && data_of(&*s)) engine_api::api().set_evictable(engine_, data_of(&*s), 0, 0);
 }
 
 // Note [Touches]
@@ -53,8 +53,8 @@ constexpr std::uint64_t kTouchSlack = 4;
 void Registry::touch_locked(Node* node) {
   if (ticks_ - node->last_tick <= kTouchSlack) return;
   const c10::StorageImpl* s = node->peek();
-  if (!s || !s->data_ptr().get()) return;
-  engine_api::api().touch(engine_, s->data_ptr().get());
+  if (!s || !data_of(&*s)) return;
+  engine_api::api().touch(engine_, data_of(&*s));
   node->last_tick = ++ticks_;
 }
 
@@ -98,10 +98,22 @@ Registry::Route Registry::route_locked(Node* node, bool eager) {
   return Route::kDrop;
 }
 
+const char* const kEvictedDataMessage =
+    "pyalloc: this tensor's memory was evicted by the registry (policy recompute, swap or "
+    "hybrid), and its data was read where the registry could not bring it back first; "
+    "reading it would have read memory that is not there. Evicted tensors come back for aten "
+    "ops on the thread that started the policy, on autograd's threads and on threads started "
+    "with `threading` after it; not on a thread that was already running when the policy "
+    "started, nor for a kernel launched on tensor.data_ptr() (Triton, a CUDA extension). "
+    "Start such threads after pyalloc.install(); call such kernels from a torch.library "
+    "custom op, or keep their inputs resident with "
+    "`with pyalloc.registry.active().holding([tensors]):`.";
+
 void Registry::free_data_locked(Node* node, c10::StorageImpl* s) {
   // The old DataPtr's deleter returns the block to the engine (which never calls back).
   s->set_data_ptr_noswap(c10::DataPtr(nullptr, node->device));
   s->set_nbytes(0);
+  refuse_data_access(s, /*evicted=*/true);  // Note [Reads of evicted memory] in node.h
 }
 
 bool Registry::evict_locked(Node* node, bool eager) {
@@ -167,7 +179,7 @@ std::size_t Registry::movable(std::uintptr_t* out, std::size_t capacity) {
   for (Node* node = nodes_.oldest(); node; node = node->newer) {
     if (!movable_now(*node)) continue;
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-    void* ptr = s ? s->data_ptr().get() : nullptr;
+    void* ptr = s ? data_of(&*s) : nullptr;
     if (!ptr) continue;
     if (n < capacity) out[n] = reinterpret_cast<std::uintptr_t>(ptr);
     ++n;
@@ -187,7 +199,7 @@ std::size_t Registry::relocate(const std::uintptr_t* from, const std::uintptr_t*
   for (Node* node = nodes_.oldest(); node; node = node->newer) {
     if (!movable_now(*node)) continue;
     c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-    if (s && s->data_ptr().get()) at[reinterpret_cast<std::uintptr_t>(s->data_ptr().get())] = node;
+    if (s && data_of(&*s)) at[reinterpret_cast<std::uintptr_t>(data_of(&*s))] = node;
   }
   const engine_api::Api& api = engine_api::api();
   std::size_t moved = 0;

@@ -90,7 +90,7 @@ bool Registry::node_info(Handle handle, NodeInfo* out) {
   }
   std::snprintf(out->op, sizeof out->op, "%s", op.c_str());
   const c10::StorageImpl* s = node->evicted ? nullptr : node->peek();
-  out->data = s ? reinterpret_cast<std::uintptr_t>(s->data_ptr().get()) : 0;
+  out->data = s ? reinterpret_cast<std::uintptr_t>(data_of(&*s)) : 0;
   return true;
 }
 

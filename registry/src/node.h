@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace pyalloc::registry {
@@ -25,6 +28,54 @@ namespace pyalloc::registry {
 // and the per-op path asks this of every argument.
 inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
   return t.defined() ? t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+}
+
+// Note [Reads of evicted memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An evicted storage has no data: its pointer is null and its size 0, while every tensor on
+// it keeps its shape. Ops through the dispatcher never see that (the per-op path restores
+// what they read first), but code outside it would read memory that is not there: a kernel
+// launched on `tensor.data_ptr()` (Triton, a CUDA extension, ctypes), an op on a thread
+// without the registry's key (Note [Threads the program starts] in pyalloc/registry.py). A
+// null pointer read on the CPU is a segmentation fault; on a GPU an illegal address, which
+// kills the context. Where PyTorch lets a storage refuse access to its data (its
+// `throw_on_immutable_data_ptr_` flag with a message, which FakeTensor uses, and a way to
+// clear it), an evicted storage sets it, so such an access raises a RuntimeError that says
+// what happened and what to do, and restoring clears it. The registry reads the pointer
+// through data_of(), which never throws. Where that torch lacks either call, nothing is set
+// (the access reads a null pointer, as before).
+namespace evicted_data {
+template <typename S, typename = void>
+struct Guards : std::false_type {};
+template <typename S>
+struct Guards<S, std::void_t<decltype(std::declval<S&>().clear_data_ptr_access_error_msg_()),
+                             decltype(std::declval<S&>()._mutable_data_ptr_no_checks()),
+                             decltype(std::declval<S&>().release_data_and_set_meta_custom_data_ptr_error_msg_(
+                                 std::optional<std::string>()))>> : std::true_type {};
+}  // namespace evicted_data
+constexpr bool kEvictedDataRefuses = evicted_data::Guards<c10::StorageImpl>::value;
+
+// What such an access raises.
+extern const char* const kEvictedDataMessage;
+
+// The storage's data pointer (null while evicted), without the access check. (Templates, so
+// that the branch a torch lacks is never compiled.)
+template <typename S>
+inline void* data_of(const S* s) {
+  if constexpr (evicted_data::Guards<S>::value) {
+    return const_cast<S*>(s)->_mutable_data_ptr_no_checks().get();
+  } else {
+    return const_cast<void*>(s->data_ptr().get());
+  }
+}
+
+// Sets (evicted) or clears (restored) the storage's refusal of access to its data.
+template <typename S>
+inline void refuse_data_access(S* s, bool evicted) {
+  if constexpr (evicted_data::Guards<S>::value) {
+    if (evicted) s->release_data_and_set_meta_custom_data_ptr_error_msg_(std::string(kEvictedDataMessage));
+    else s->clear_data_ptr_access_error_msg_();
+  }
 }
 
 // A node's name, and what the engine knows it by. Never 0 (the engine's "not evictable").

@@ -267,6 +267,7 @@ void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
   } else if (from != s.get() && from->nbytes() == node->nbytes &&
              c10::raw::intrusive_ptr::use_count(from) == 1) {
     // Only the replay's result holds it: take its memory rather than copy.
+    refuse_data_access(s.get(), /*evicted=*/false);
     s->set_data_ptr_noswap(std::move(from->mutable_data_ptr()));
     from->set_nbytes(0);
     s->set_nbytes(node->nbytes);
@@ -287,6 +288,7 @@ void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
       copy_bytes(spare, c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(from), node->nbytes);
       data = std::move(spare->mutable_data_ptr());
     }
+    refuse_data_access(s.get(), /*evicted=*/false);
     s->set_data_ptr_noswap(std::move(data));
     s->set_nbytes(node->nbytes);
   }

@@ -29,10 +29,10 @@ std::uintptr_t Registry::compute_stream() const {
 bool Registry::swap_out_locked(Node* node) {
   const engine_api::Api& api = engine_api::api();
   c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-  if (!s || !s->data_ptr().get()) return false;
+  if (!s || !data_of(&*s)) return false;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::uint64_t slot = 0;
-    const int rc = api.swap_out(engine_, s->data_ptr().get(), node->nbytes, compute_stream(), &slot);
+    const int rc = api.swap_out(engine_, data_of(&*s), node->nbytes, compute_stream(), &slot);
     if (rc == 0) {
       node->slot = slot;
       node->clean = true;
@@ -74,6 +74,7 @@ bool Registry::allocate_data(Lock& lock, Node* node, bool may_evict) {
                                                              node->nbytes, std::move(data),
                                                              node->allocator, /*resizable=*/true));
   } else {
+    refuse_data_access(s.get(), /*evicted=*/false);
     s->set_data_ptr_noswap(std::move(data));
     s->set_nbytes(node->nbytes);
   }
@@ -83,7 +84,7 @@ bool Registry::allocate_data(Lock& lock, Node* node, bool may_evict) {
 void Registry::swap_in(Lock& lock, Node* node, bool wait, bool allocated) {
   if (!allocated) allocate_data(lock, node, /*may_evict=*/true);
   c10::intrusive_ptr<c10::StorageImpl> s = node->storage();
-  const int rc = engine_api::api().swap_in(engine_, node->slot, s->data_ptr().get(), compute_stream());
+  const int rc = engine_api::api().swap_in(engine_, node->slot, data_of(&*s), compute_stream());
   if (rc != 0) {
     const std::string why = engine_api::last_error();
     free_data_locked(node, s.get());  // still evicted; the host copy is intact
