@@ -50,8 +50,8 @@ def test_python_numbers_replay_as_numbers():
 @pytest.mark.slow
 def test_a_python_dispatch_mode_of_the_program_works_beside_the_registry():
     # The registry sits above the Python key: a mode the program pushes (here pyalloc's own
-    # op tagging for traces) sees every op, including the registry's replays, and training
-    # stays bit-identical.
+    # op tagging for traces) sees every op of the program, not the registry's replays (Note
+    # [The registry's own ops]), and training stays bit-identical.
     free = train("transformer", "2GiB", steps=3)
     budget = int(0.4 * free["peak"])
     tight = train("transformer", budget, steps=3, policy="recompute",
@@ -107,3 +107,14 @@ def test_training_in_a_thread_the_program_starts_evicts_and_trains_the_same():
 def test_a_read_of_evicted_memory_outside_the_registry_is_a_clear_error():
     # Before Note [Reads of evicted memory] (registry/src/node.h): a segfault.
     run_unit("dispatch_units", "a_read_of_evicted_memory_outside_the_registry_is_a_clear_error")
+
+
+def test_selective_activation_checkpointing_trains_the_same_under_recompute():
+    # Note [The registry's own ops]: replays are hidden from the program's Python modes. Before,
+    # a replay inside the region's recompute was answered with a saved tensor of another size
+    # (at half the peak) or made PyTorch's own invocation check fail (0.6).
+    want = run_program("selective_checkpoint", "none", 4 << 30).splitlines()[0]
+    for budget in (32 << 20, int(38.4 * (1 << 20))):
+        out = run_program("selective_checkpoint", "recompute", budget).splitlines()
+        assert out[0] == want, (budget, out)
+        assert int(out[1].split()[1]) > 0, out

@@ -42,12 +42,23 @@ class BelowRegistry {
 // the registry (it would be recorded), must not be autocast again (a recorded op is the
 // one autocast already cast for), and must stay below autograd: no graph is built, and
 // in-place replays on a storage's temporary views bump no version counter, so the
-// program's tensors keep theirs (autograd's saved-tensor checks stay true).
+// program's tensors keep theirs (autograd's saved-tensor checks stay true). Nor may the
+// program's Python dispatch modes see it: a replay is no op of the program's. Selective
+// activation checkpointing (`checkpoint(..., context_fn=create_selective_checkpoint_contexts
+// (...))`) recomputes a region under a mode that hands back, for each op in order, what the
+// forward saved: a replay run under it, to restore an input the registry had evicted, was
+// taken for the region's next op and given a saved tensor of another size, and the region's
+// own op then found nothing in its place (a wrong-size error, or PyTorch's "invocation index
+// ... not found in storage"). Tensors the registry replays on are never subclasses (an op
+// that takes one is not recorded), so leaving the Python keys out changes no kernel.
 class OwnOpGuard {
  public:
   OwnOpGuard()
       : excluded_(c10::DispatchKeySet(kRegistryKey) | c10::autocast_dispatch_keyset |
-                  c10::autograd_dispatch_keyset_with_ADInplaceOrView) {}
+                  c10::autograd_dispatch_keyset_with_ADInplaceOrView |
+                  c10::DispatchKeySet({c10::DispatchKey::Python,
+                                       c10::DispatchKey::PythonTLSSnapshot,
+                                       c10::DispatchKey::PreDispatch})) {}
 
  private:
   c10::impl::ExcludeDispatchKeyGuard excluded_;
