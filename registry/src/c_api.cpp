@@ -123,6 +123,12 @@ PYALLOC_SHIM_API void pyalloc_registry_collect() { registry().collect(); }
 
 PYALLOC_SHIM_API int pyalloc_registry_active() { return registry().active() ? 1 : 0; }
 
+// 1 when this torch lets an evicted storage refuse access to its data (Note [Reads of
+// evicted memory] in node.h), so that a read outside the dispatcher raises; else 0.
+PYALLOC_SHIM_API int pyalloc_registry_evicted_data_refuses() {
+  return pyalloc::registry::kEvictedDataRefuses ? 1 : 0;
+}
+
 // Includes (on != 0) or removes the registry's key in the calling thread's key set; returns
 // whether it was included before (0 or 1).
 PYALLOC_SHIM_API int pyalloc_registry_thread_enable(int on) {

@@ -73,12 +73,15 @@ def main() -> None:
     assert len(stitched) == 1 and stitched[0]["address"] == big.data_ptr(), stitched
     check_snapshot()
     address = big.data_ptr()
-    del big                                   # the range is unmapped once its stream is done
+    del big                                   # kept mapped for the same stitch (keep_stitched)
     torch.cuda.synchronize()
     assert pyalloc.snapshot()["stitched"] == []
-    assert access(address) == 0, "a stitched range still mapped after it went"
+    assert pyalloc._engine(None).stats()["kept_stitched_ranges"] == 1
+    assert access(address) == READ_WRITE, "a kept stitched range is not mapped"
     del survivors[-1]
-    pyalloc.empty_cache()                     # trims the expandable segment's free tail
+    pyalloc.empty_cache()                     # trims the expandable segment's free tail,
+    assert access(address) == 0, "a stitched range still mapped after a release"  # kept first
+    assert pyalloc._engine(None).stats()["kept_stitched_ranges"] == 0
     check_snapshot()
     print("ok")
 
