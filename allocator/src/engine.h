@@ -404,6 +404,12 @@ class Engine {
                            std::size_t size, StreamId stream);
   // Unmaps every kept range (wait: for their events first; else the caller synchronized).
   void unmap_kept_locked(bool wait);
+  // A stitched block over `runs` at the mapped range `va` (a new mapping or a kept one).
+  Block* add_stitched_locked(std::uintptr_t va, std::size_t bytes,
+                             const std::vector<Pool::StitchRun>& runs, std::size_t size,
+                             StreamId stream);
+  // Unmaps and gives back a range of address space: a stitched range that went.
+  void unmap_range_locked(std::uintptr_t va, std::size_t bytes);
   // Returns a block to the pool, tagged idle if its stream's work is already done.
   void release_locked(Block* block);
   EventId acquire_event_locked();

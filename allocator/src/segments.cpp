@@ -223,13 +223,25 @@ Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId str
     }
     mapped += run.bytes;
   }
+  ++pool_.stats().num_segment_maps;
+  return add_stitched_locked(va, bytes, runs, size, stream);
+}
+
+Block* Engine::add_stitched_locked(std::uintptr_t va, std::size_t bytes,
+                                   const std::vector<Pool::StitchRun>& runs, std::size_t size,
+                                   StreamId stream) {
   Block* block = pool_.add_stitched(va, bytes, runs, size, stream);
   Stats& s = pool_.stats();
   ++s.num_stitches;
-  ++s.num_segment_maps;
   s.num_stitched_bytes += static_cast<std::int64_t>(bytes);
   trace_.record(TraceAction::kStitch, va, bytes, size, stream);
   return block;
+}
+
+void Engine::unmap_range_locked(std::uintptr_t va, std::size_t bytes) {
+  backend_->unmap(va, bytes);
+  backend_->unreserve(va, bytes);
+  ++pool_.stats().num_segment_unmaps;
 }
 
 void Engine::free_stitched_locked(Block* block) {
@@ -274,18 +286,14 @@ void Engine::free_stitched_locked(Block* block) {
         retired_ranges_.push_back(RetiredRange{oldest.va, oldest.bytes, oldest.event});
         unmap_retired_locked(/*wait=*/false);
       } else {
-        backend_->unmap(oldest.va, oldest.bytes);
-        backend_->unreserve(oldest.va, oldest.bytes);
-        ++pool_.stats().num_segment_unmaps;
+        unmap_range_locked(oldest.va, oldest.bytes);
       }
     }
   } else if (done) {
     retired_ranges_.push_back(RetiredRange{va, bytes, done});
     unmap_retired_locked(/*wait=*/false);
   } else {
-    backend_->unmap(va, bytes);
-    backend_->unreserve(va, bytes);
-    ++pool_.stats().num_segment_unmaps;
+    unmap_range_locked(va, bytes);
   }
 }
 
@@ -319,13 +327,8 @@ Block* Engine::reuse_kept_locked(const std::vector<Pool::StitchRun>& runs, std::
     // by its pieces' streams, as a fresh range would be.
     if (it->event) spare_events_.push_back(it->event);
     kept_ranges_.erase(it);
-    Block* block = pool_.add_stitched(va, bytes, runs, size, stream);
-    Stats& s = pool_.stats();
-    ++s.num_stitches;
-    ++s.num_stitch_reuses;
-    s.num_stitched_bytes += static_cast<std::int64_t>(bytes);
-    trace_.record(TraceAction::kStitch, va, bytes, size, stream);
-    return block;
+    ++pool_.stats().num_stitch_reuses;
+    return add_stitched_locked(va, bytes, runs, size, stream);
   }
   return nullptr;
 }
@@ -336,9 +339,7 @@ void Engine::unmap_kept_locked(bool wait) {
       if (wait) backend_->synchronize_event(r.event);
       spare_events_.push_back(r.event);
     }
-    backend_->unmap(r.va, r.bytes);
-    backend_->unreserve(r.va, r.bytes);
-    ++pool_.stats().num_segment_unmaps;
+    unmap_range_locked(r.va, r.bytes);
   }
   kept_ranges_.clear();
 }
@@ -351,9 +352,7 @@ void Engine::unmap_retired_locked(bool wait) {
       retired_ranges_[kept++] = r;
       continue;
     }
-    backend_->unmap(r.va, r.bytes);
-    backend_->unreserve(r.va, r.bytes);
-    ++pool_.stats().num_segment_unmaps;
+    unmap_range_locked(r.va, r.bytes);
     spare_events_.push_back(r.event);
   }
   retired_ranges_.resize(kept);
