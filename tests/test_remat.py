@@ -119,6 +119,12 @@ def test_what_the_program_keeps_comes_back_before_a_write_to_what_made_it():
     run_unit("remat_units", "what_the_program_keeps_comes_back_before_a_write_to_what_made_it")
 
 
+def test_rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made():
+    # `x.data = other` swaps x's storage with no op that writes it: See Note [Rebinding a
+    # tensor's data] in registry/src/dispatch.cpp.
+    run_unit("remat_units", "rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -98,6 +98,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
   if (!reg.active() || (below_registry_depth() > 0 && !from_autograd_layer()))
     return pass_through(op, below, stack);
   const OpInfo& info = op_info(op);
+  // See Note [Rebinding a tensor's data].
+  if (info.rebinds && stack->size() >= 2) reg.before_rebind(stack->at(stack->size() - 2).toTensor());
   if (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
       (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA))) {
     op.redispatchBoxed(below, stack);  // the key stays included: See Note [Composite ops]
@@ -195,6 +197,33 @@ std::mutex g_library_mu;
 torch::Library* g_library = nullptr;  // guarded by g_library_mu; never destroyed (as registry())
 
 }  // namespace
+
+// Note [Rebinding a tensor's data]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A recording keeps the program's own tensor for an argument that is no node (an input, a
+// parameter): nothing is copied, and a write to its storage settles what was recorded from
+// it first (invalidate_readers). `x.data = y` writes nothing: it gives the very tensor the
+// recording holds another storage. A replay after it read y's contents where the op had
+// read x's: under recompute, `keep = relu(lin(x)); x.data = other`, then backward with
+// `keep` evicted, gave another lin.weight.grad than plain PyTorch, with no error.
+// Python's `.data =` does not call aten::set_data; it calls the autograd hook behind it,
+// whose first step is a dispatched aten::_has_compatible_shallow_copy_type(self, new_data)
+// (nn.Module._apply asks the same before it rebinds parameters). Both are composites the
+// fallback sees, and both count as a write of the storage `self` holds: what was recorded
+// from it is restored (that storage still holds what it read) and frozen, before the tensor
+// moves. Where the check is asked and no rebinding follows, the settling was unneeded; it
+// costs replays, never bits. A node's readers are left alone: they refer to the node's
+// storage, not to a tensor, so a rebound activation loses nothing. (Module._apply, weight
+// tying and pyalloc's INPLACE_UPDATE rebind parameters between steps, where there is
+// seldom anything left to settle.)
+void Registry::before_rebind(const at::Tensor& self) {
+  const c10::StorageImpl* key = storage_of(self);
+  if (!key) return;
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  if (!active_.load(std::memory_order_relaxed) || !leaf_readers_.count(key)) return;
+  invalidate_leaf_readers(lock, key);
+}
 
 void Registry::promote_fills_locked(const OpInfo& info, c10::ArrayRef<c10::IValue> arguments) {
   KeyList written;

@@ -64,6 +64,7 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
       !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
       !op.hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
       !op.hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+  info->rebinds = base == "aten::set_data" || base == "aten::_has_compatible_shallow_copy_type";
   info->autocast_cpu = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
   info->autocast_cuda = op.hasKernelForDispatchKey(c10::DispatchKey::AutocastCUDA);
   info->random = op.hasTag(at::Tag::nondeterministic_seeded);

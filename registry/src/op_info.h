@@ -22,6 +22,10 @@ struct OpInfo {
   // A CompositeImplicitAutograd op with no autograd kernel of its own: it runs as calls to
   // other ops. See Note [Composite ops].
   bool composite = false;
+  // aten::set_data (`x.data = y`), and the check that comes first in it: the tensor gets
+  // another storage, with no op that writes the one it had. See Note [Rebinding a
+  // tensor's data] in dispatch.cpp.
+  bool rebinds = false;
   // Kernels on the autocast keys: under autocast, the op is re-dispatched after its
   // inputs are cast, and the casts are ops of their own. See Note [Composite ops].
   bool autocast_cpu = false;

@@ -160,6 +160,11 @@ class Registry {
   void run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack,
               const OpInfo& info);
 
+  // `self` is about to be given another storage (aten::set_data, `x.data = y`): what was
+  // recorded from the one it leaves is settled as for a write. See Note [Rebinding a
+  // tensor's data] in dispatch.cpp.
+  void before_rebind(const at::Tensor& self);
+
   // --- the engine's side (evict.cpp) ---
   std::size_t evict(const std::uint64_t* handles, std::size_t count);
   std::size_t movable(std::uintptr_t* out, std::size_t capacity);
@@ -293,6 +298,8 @@ class Registry {
   // restored (while it still can be) and frozen — unless `keep`, a write extending its
   // node's chain (See Note [Readers of an earlier version] in writes.cpp).
   void invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep = false);
+  // The same for a storage that is no node (a parameter, an input): its leaf readers.
+  void invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key);
   // What `readers` (handles) were recorded from is about to change or be lost: each is
   // forgotten, or has its live dependents frozen, or is restored and frozen. On an error,
   // the ones not settled are passed to `put_back` and the error is rethrown.

@@ -36,13 +36,10 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
     node->readers.clear();
     node->stale_readers = false;
   } else {
-    auto it = leaf_readers_.find(key);
-    if (it == leaf_readers_.end()) return;
-    readers.assign(it->second.begin(), it->second.end());
-    leaf_readers_.erase(it);
+    return invalidate_leaf_readers(lock, key);
   }
   // See Note [A written node keeps its chain while its readers settle].
-  Settling settling(*this, node ? node->handle : settling_);
+  Settling settling(*this, node->handle);
   settle_readers_locked(lock, readers, [&](c10::ArrayRef<Handle> rest) {
     // The write will not happen (the op fails): the readers not yet frozen still read the
     // current contents.
@@ -52,6 +49,19 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
       auto& leaf = leaf_readers_[key];
       leaf.insert(leaf.end(), rest.begin(), rest.end());
     }
+  });
+}
+
+void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key) {
+  auto it = leaf_readers_.find(key);
+  if (it == leaf_readers_.end()) return;
+  c10::SmallVector<Handle, 4> readers(it->second.begin(), it->second.end());
+  leaf_readers_.erase(it);
+  settle_readers_locked(lock, readers, [&](c10::ArrayRef<Handle> rest) {
+    // The write will not happen (the op fails): the readers not yet frozen still read the
+    // current contents.
+    auto& leaf = leaf_readers_[key];
+    leaf.insert(leaf.end(), rest.begin(), rest.end());
   });
 }
 

@@ -578,6 +578,35 @@ def what_the_program_keeps_comes_back_before_a_write_to_what_made_it() -> None:
     assert torch.equal(want, got)
 
 
+def rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made() -> None:
+    """`x.data = other` (and `p.data = other` on a parameter) between forward and backward:
+    the recorded op read the tensor `x`, whose storage the rebinding swaps without an op
+    that writes it. An activation made from x must come back from what x held when it was
+    made, as autograd's saved result would be, not from the new data."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64)
+    for rebind in ("input", "parameter"):
+        x = torch.randn(128, 64)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            keep = torch.relu(lin(x))                     # read x (an input) and lin.weight
+            want = keep.detach().clone()
+            assert reg.evict([reg.node_of(keep).handle]) == 1
+            if rebind == "input":
+                x.data = torch.randn(128, 64)
+            else:
+                lin.weight.data = torch.randn(64, 64)
+            assert torch.equal(keep, want), rebind        # as made, not from the new data
+        # A rebinding of what no recorded op read changes nothing.
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = torch.tanh(lin(x))
+            want = y.detach().clone()
+            assert reg.evict([reg.node_of(y).handle]) == 1
+            unrelated = torch.randn(8)
+            unrelated.data = torch.randn(8)
+            assert reg.node_of(y).evicted and not reg.node_of(y).frozen
+            assert torch.equal(y, want)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -597,4 +626,5 @@ if __name__ == "__main__":
           settling_a_pass_without_room_is_no_oom_of_the_programs,
           an_op_that_updates_state_it_reads_replays_from_the_state_it_read,
           a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit,
-          what_the_program_keeps_comes_back_before_a_write_to_what_made_it])
+          what_the_program_keeps_comes_back_before_a_write_to_what_made_it,
+          rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made])
