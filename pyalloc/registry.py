@@ -154,6 +154,93 @@ class _ThreadsStarted:
 _threads_started = _ThreadsStarted()
 
 
+# Note [What the program reads around the dispatcher]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An evicted storage comes back for any op that reads it, but some of the tensor API reads
+# bytes with no op: copy.deepcopy and pickle (torch.save) take `untyped_storage()`, whose
+# nbytes() is 0 while evicted (deepcopy made an empty storage and failed in set_(); pickle
+# would have written an empty one), and `tolist()` reads the data pointer. A module that
+# keeps a detached activation (an attribute, a buffer, a memory bank) met this on every
+# deepcopy or checkpoint. So while a policy runs, `__deepcopy__`, `__reduce_ex__` and
+# `tolist` of torch.Tensor hold the tensor resident while they run (deepcopy's new storage
+# must not evict the one it copies), and `numpy()`, `__dlpack__` and
+# `__cuda_array_interface__`, which hand the memory itself to another library, bring it
+# back and pin it there for good (Note [Storages the program reads itself] in
+# registry/src/restore.cpp). `untyped_storage()` itself is left alone: code that sums
+# storage sizes (a memory report) would otherwise bring back everything it looks at, and
+# an evicted storage's nbytes() of 0 is the truth about where its memory is. Reads through
+# `data_ptr()` (a Triton or CUDA extension kernel) are not covered either: those get the
+# evicted-memory error, whose message says how to hold the tensors.
+class _DataReads:
+    _HOLD = ("__deepcopy__", "__reduce_ex__", "tolist")
+    _EXPORT = ("numpy", "__dlpack__")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved: Dict[str, Any] = {}
+
+    @staticmethod
+    def _plain(t: Any) -> bool:
+        # A subclass keeps its data its own way (its inner tensors are plain ones).
+        return (type(t) is torch.Tensor or type(t) is torch.nn.Parameter) and \
+            torch._C._has_storage(t)
+
+    @classmethod
+    def _export(cls, t: torch.Tensor) -> None:
+        if cls._plain(t) and _torch_shim.load().pyalloc_registry_expose(
+                t.untyped_storage()._cdata, 1) != 0:
+            raise RuntimeError("pyalloc: " + _torch_shim.last_error())
+
+    def _wrap(self, name: str, original: Any) -> Any:
+        plain, export = self._plain, self._export
+        if name in self._EXPORT:
+            def method(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                export(t)
+                return original(t, *args, **kwargs)
+        else:
+            def method(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                registry = _current
+                if registry is None or not plain(t):
+                    return original(t, *args, **kwargs)
+                with registry.holding([t]):
+                    return original(t, *args, **kwargs)
+        method.__name__ = name
+        method.__qualname__ = "Tensor." + name
+        method.__doc__ = getattr(original, "__doc__", None)
+        return method
+
+    def include(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users > 1:
+                return
+            for name in self._HOLD + self._EXPORT:
+                self._saved[name] = torch.Tensor.__dict__.get(name)
+                setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+            prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
+            if isinstance(prop, property) and prop.fget is not None:
+                self._saved["__cuda_array_interface__"] = prop
+                fget, export = prop.fget, self._export
+                torch.Tensor.__cuda_array_interface__ = property(   # type: ignore[assignment]
+                    lambda t: (export(t), fget(t))[1], doc=prop.__doc__)
+
+    def leave_out(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            for name, saved in self._saved.items():
+                if saved is None:
+                    delattr(torch.Tensor, name)   # back to TensorBase's own
+                else:
+                    setattr(torch.Tensor, name, saved)
+            self._saved.clear()
+
+
+_data_reads = _DataReads()
+
+
 class Registry:
     """The handle of the running C++ registry; see the module doc.
 
@@ -218,12 +305,14 @@ class Registry:
         self._running = True
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))
         _threads_started.include()
+        _data_reads.include()
 
     def _stop(self) -> None:
         if not self._running:
             return
         shim = _torch_shim.load()
         _threads_started.leave_out()
+        _data_reads.leave_out()
         shim.pyalloc_registry_thread_enable(int(self._was_enabled))
         self._running = False
         if shim.pyalloc_registry_stop() != 0:

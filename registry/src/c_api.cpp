@@ -119,6 +119,15 @@ PYALLOC_SHIM_API void pyalloc_registry_release(const uint64_t* handles, size_t c
   if (handles || !count) registry().release(handles, count);
 }
 
+// Note [Storages the program reads itself] in restore.cpp. 0, or -1 on an error.
+PYALLOC_SHIM_API int pyalloc_registry_expose(const void* storage_impl, int fix) {
+  return guarded([&] {
+    const std::string error =
+        registry().expose(static_cast<const c10::StorageImpl*>(storage_impl), fix != 0);
+    return error.empty() ? 0 : fail(error);
+  });
+}
+
 PYALLOC_SHIM_API void pyalloc_registry_collect() { registry().collect(); }
 
 PYALLOC_SHIM_API int pyalloc_registry_active() { return registry().active() ? 1 : 0; }

@@ -137,6 +137,11 @@ class Registry {
   std::string hold(const c10::StorageImpl* const* keys, std::size_t count, Handle* handles,
                    std::size_t* held);
   void release(const Handle* handles, std::size_t count);
+  // The node of `key` (a StorageImpl address; nothing if it is no node) comes back now,
+  // for a read of its bytes outside the dispatcher; with `fix`, it is also frozen and
+  // never leaves again (its memory was handed to another library). "" or an error. See
+  // Note [Storages the program reads itself] in restore.cpp.
+  std::string expose(const c10::StorageImpl* key, bool fix);
   // Forgets now what the program no longer holds — the nodes of a step that ended by an
   // exception, the registry's own storages only their lineage needed — instead of at the
   // next periodic sweep, so their memory is free for what comes next (empty_cache() calls

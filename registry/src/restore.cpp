@@ -383,6 +383,45 @@ void Registry::release(const Handle* handles, std::size_t count) {
   unpin_all_locked(nodes);
 }
 
+// Note [Storages the program reads itself]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Some of PyTorch's Python API reads a storage's bytes without an op: copy.deepcopy and
+// pickle (torch.save) take `tensor.untyped_storage()` and its nbytes() — 0 while evicted,
+// so deepcopy made an empty copy and set_() failed — and `tolist()` reads the data pointer.
+// `numpy()`, `__dlpack__` and `__cuda_array_interface__` go further: they hand the memory
+// itself to another library, which reads it (and may write it) for as long as it keeps the
+// array. While a policy runs, pyalloc/registry.py puts those methods behind a call here
+// (Note [What the program reads around the dispatcher] there): the node of `key`, if any,
+// comes back first. An exported one (`fix`) is also frozen — settling what was recorded
+// from it, since whatever holds the memory may write it unseen — and fixed: never evicted,
+// swapped or moved again, as the other library needs its bytes where it was told they are.
+std::string Registry::expose(const c10::StorageImpl* key, bool fix) {
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  if (!active_.load()) return "";
+  Node* node = by_key_locked(key);
+  if (!node || node->dead) return "";
+  const Handle h = node->handle;
+  try {
+    {
+      PinScope pins(*this);
+      pin_all(lock, {node});
+      pins.nodes.push_back(node);
+    }
+    if (!fix || !(node = find_locked(h))) return "";
+    freeze_now(lock, node);
+    if ((node = find_locked(h)) && !node->fixed) {
+      unmark_locked(node);
+      node->fixed = true;
+    }
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string Registry::restore_all() {
   Lock lock(mu_);
   Burial burial(*this, lock);

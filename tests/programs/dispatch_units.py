@@ -257,6 +257,48 @@ def a_read_of_evicted_memory_outside_the_registry_is_a_clear_error() -> None:
     early.join()
 
 
+def copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds() -> None:
+    # Note [What the program reads around the dispatcher] in pyalloc/registry.py: a module
+    # that keeps a detached activation, evicted, then copied, saved and listed. Before, each
+    # of these raised the evicted-memory error (deepcopy: an empty storage).
+    import copy
+    import io
+
+    w = torch.randn(256, 256, requires_grad=True)
+    for policy in ("recompute", "swap"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            h = torch.tanh(torch.randn(256, 256) @ w)
+            kept = {"last": h.detach(), "step": 3}          # as a module attribute would
+            want = h.detach().clone()
+
+            def evict() -> None:
+                assert reg.evict([reg.node_of(h).handle]) == 1 and reg.node_of(h).evicted
+
+            evict()
+            copied = copy.deepcopy(kept)
+            assert torch.equal(copied["last"], want), policy
+            assert copied["last"].untyped_storage()._cdata != h.untyped_storage()._cdata
+            evict()
+            buffer = io.BytesIO()
+            torch.save(kept, buffer)
+            buffer.seek(0)
+            assert torch.equal(torch.load(buffer)["last"], want), policy
+            evict()
+            assert kept["last"][:4].tolist() == want[:4].tolist(), policy
+            assert not reg.node_of(h).fixed                 # read and left to leave again
+            evict()
+            # numpy() shares the memory: brought back, and never evicted under it again.
+            array = kept["last"].numpy()
+            assert (array == want.numpy()).all(), policy
+            node = reg.node_of(h)
+            assert node.fixed and not node.evicted and reg.evict([node.handle]) == 0
+            h.sum().backward()
+            reg.check_invariants()
+    # With no policy running, the tensor API is PyTorch's own again.
+    assert "tolist" not in torch.Tensor.__dict__ and "numpy" not in torch.Tensor.__dict__
+    assert torch.Tensor.__deepcopy__.__module__ == "torch._tensor"
+
+
 if __name__ == "__main__":
     main([composite_ops_are_seen_through_to_their_pieces,
           autocast_casts_are_nodes,
@@ -267,4 +309,5 @@ if __name__ == "__main__":
           a_benchmark_time_limit_stops_a_backward_running_in_cpp,
           threads_the_program_starts_read_evicted_tensors_as_they_were,
           training_in_a_thread_the_program_starts_evicts_and_trains_the_same,
-          a_read_of_evicted_memory_outside_the_registry_is_a_clear_error])
+          a_read_of_evicted_memory_outside_the_registry_is_a_clear_error,
+          copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds])
