@@ -154,24 +154,31 @@ class _ThreadsStarted:
 _threads_started = _ThreadsStarted()
 
 
-# Note [What the program reads around the dispatcher]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# An evicted storage comes back for any op that reads it, but some of the tensor API reads
-# bytes with no op: copy.deepcopy and pickle (torch.save) take `untyped_storage()`, whose
-# nbytes() is 0 while evicted (deepcopy made an empty storage and failed in set_(); pickle
-# would have written an empty one), and `tolist()` reads the data pointer. A module that
-# keeps a detached activation (an attribute, a buffer, a memory bank) met this on every
-# deepcopy or checkpoint. So while a policy runs, `__deepcopy__`, `__reduce_ex__` and
-# `tolist` of torch.Tensor hold the tensor resident while they run (deepcopy's new storage
-# must not evict the one it copies), and `numpy()`, `__dlpack__` and
-# `__cuda_array_interface__`, which hand the memory itself to another library, bring it
-# back and pin it there for good (Note [Storages the program reads itself] in
-# registry/src/restore.cpp). `untyped_storage()` itself is left alone: code that sums
-# storage sizes (a memory report) would otherwise bring back everything it looks at, and
-# an evicted storage's nbytes() of 0 is the truth about where its memory is. Reads through
-# `data_ptr()` (a Triton or CUDA extension kernel) are not covered either: those get the
-# evicted-memory error, whose message says how to hold the tensors.
-class _DataReads:
+# Note [Storage access around the dispatcher]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An evicted storage comes back for any op that reads it, and a write through an op
+# settles what was recorded from the old contents; but some of the tensor API touches
+# storages with no op.
+# * Reads: copy.deepcopy and pickle (torch.save) take `untyped_storage()`, whose nbytes() is
+#   0 while evicted (deepcopy made an empty storage and failed in set_(); pickle would have
+#   written an empty one), and `tolist()` reads the data pointer. A module that keeps a
+#   detached activation (an attribute, a buffer, a memory bank) met this on every deepcopy
+#   or checkpoint. So while a policy runs, `__deepcopy__`, `__reduce_ex__` and `tolist` of
+#   torch.Tensor hold the tensor resident while they run (deepcopy's new storage must not
+#   evict the one it copies), and `numpy()`, `__dlpack__` and `__cuda_array_interface__`,
+#   which hand the memory itself to another library, bring it back and pin it there for
+#   good (Note [Storages the program reads itself] in registry/src/restore.cpp).
+# * Writes: `UntypedStorage.resize_` frees or reallocates a storage's memory, its contents
+#   lost; FSDP does it to every gathered parameter after use. It settles what was recorded
+#   from the storage first, as an op's write would (Note [Storages resized outside the
+#   dispatcher] there): before, the next write of the parameter settled its readers from
+#   memory just reallocated, and activations came back from garbage.
+# `untyped_storage()` itself is left alone: code that sums storage sizes (a memory report)
+# would otherwise bring back everything it looks at, and an evicted storage's nbytes() of 0
+# is the truth about where its memory is. Reads through `data_ptr()` (a Triton or CUDA
+# extension kernel) are not covered either: those get the evicted-memory error, whose
+# message says how to hold the tensors; writes through it are not seen at all.
+class _StorageAccess:
     _HOLD = ("__deepcopy__", "__reduce_ex__", "tolist")
     _EXPORT = ("numpy", "__dlpack__")
 
@@ -179,6 +186,7 @@ class _DataReads:
         self._lock = threading.Lock()
         self._users = 0
         self._saved: Dict[str, Any] = {}
+        self._saved_resize: Any = None
 
     @staticmethod
     def _plain(t: Any) -> bool:
@@ -210,6 +218,16 @@ class _DataReads:
         method.__doc__ = getattr(original, "__doc__", None)
         return method
 
+    @staticmethod
+    def _wrap_resize(original: Any) -> Any:
+        def resize_(storage: Any, size: Any) -> Any:
+            if _torch_shim.load().pyalloc_registry_before_resize(storage._cdata) != 0:
+                raise RuntimeError("pyalloc: " + _torch_shim.last_error())
+            return original(storage, size)
+
+        resize_.__doc__ = getattr(original, "__doc__", None)
+        return resize_
+
     def include(self) -> None:
         with self._lock:
             self._users += 1
@@ -218,6 +236,8 @@ class _DataReads:
             for name in self._HOLD + self._EXPORT:
                 self._saved[name] = torch.Tensor.__dict__.get(name)
                 setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+            self._saved_resize = torch.UntypedStorage.__dict__.get("resize_")
+            torch.UntypedStorage.resize_ = self._wrap_resize(torch.UntypedStorage.resize_)
             prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
             if isinstance(prop, property) and prop.fget is not None:
                 self._saved["__cuda_array_interface__"] = prop
@@ -236,9 +256,13 @@ class _DataReads:
                 else:
                     setattr(torch.Tensor, name, saved)
             self._saved.clear()
+            if self._saved_resize is None:
+                del torch.UntypedStorage.resize_
+            else:
+                torch.UntypedStorage.resize_ = self._saved_resize
 
 
-_data_reads = _DataReads()
+_storage_access = _StorageAccess()
 
 
 class Registry:
@@ -305,14 +329,14 @@ class Registry:
         self._running = True
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))
         _threads_started.include()
-        _data_reads.include()
+        _storage_access.include()
 
     def _stop(self) -> None:
         if not self._running:
             return
         shim = _torch_shim.load()
         _threads_started.leave_out()
-        _data_reads.leave_out()
+        _storage_access.leave_out()
         shim.pyalloc_registry_thread_enable(int(self._was_enabled))
         self._running = False
         if shim.pyalloc_registry_stop() != 0:

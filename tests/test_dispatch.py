@@ -110,7 +110,7 @@ def test_a_read_of_evicted_memory_outside_the_registry_is_a_clear_error():
 
 
 def test_copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds():
-    # Before Note [What the program reads around the dispatcher] (pyalloc/registry.py):
+    # Before Note [Storage access around the dispatcher] (pyalloc/registry.py):
     # deepcopy, torch.save and tolist() of an evicted tensor raised the evicted-memory error.
     run_unit("dispatch_units", "copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds")
 

@@ -125,6 +125,12 @@ def test_rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made
     run_unit("remat_units", "rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made")
 
 
+def test_a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it():
+    # FSDP frees gathered parameters with storage.resize_(0), no op: See Note [Storages
+    # resized outside the dispatcher] in registry/src/restore.cpp.
+    run_unit("remat_units", "a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -128,6 +128,15 @@ PYALLOC_SHIM_API int pyalloc_registry_expose(const void* storage_impl, int fix) 
   });
 }
 
+// Note [Storages resized outside the dispatcher] in restore.cpp. 0, or -1 on an error.
+PYALLOC_SHIM_API int pyalloc_registry_before_resize(const void* storage_impl) {
+  return guarded([&] {
+    const std::string error =
+        registry().before_resize(static_cast<const c10::StorageImpl*>(storage_impl));
+    return error.empty() ? 0 : fail(error);
+  });
+}
+
 PYALLOC_SHIM_API void pyalloc_registry_collect() { registry().collect(); }
 
 PYALLOC_SHIM_API int pyalloc_registry_active() { return registry().active() ? 1 : 0; }

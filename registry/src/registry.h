@@ -142,6 +142,10 @@ class Registry {
   // never leaves again (its memory was handed to another library). "" or an error. See
   // Note [Storages the program reads itself] in restore.cpp.
   std::string expose(const c10::StorageImpl* key, bool fix);
+  // The storage `key` is about to be resized outside the dispatcher (its contents lost):
+  // settled as for a write. "" or an error. See Note [Storages resized outside the
+  // dispatcher] in restore.cpp.
+  std::string before_resize(const c10::StorageImpl* key);
   // Forgets now what the program no longer holds — the nodes of a step that ended by an
   // exception, the registry's own storages only their lineage needed — instead of at the
   // next periodic sweep, so their memory is free for what comes next (empty_cache() calls

@@ -391,7 +391,7 @@ void Registry::release(const Handle* handles, std::size_t count) {
 // `numpy()`, `__dlpack__` and `__cuda_array_interface__` go further: they hand the memory
 // itself to another library, which reads it (and may write it) for as long as it keeps the
 // array. While a policy runs, pyalloc/registry.py puts those methods behind a call here
-// (Note [What the program reads around the dispatcher] there): the node of `key`, if any,
+// (Note [Storage access around the dispatcher] there): the node of `key`, if any,
 // comes back first. An exported one (`fix`) is also frozen — settling what was recorded
 // from it, since whatever holds the memory may write it unseen — and fixed: never evicted,
 // swapped or moved again, as the other library needs its bytes where it was told they are.
@@ -409,6 +409,48 @@ std::string Registry::expose(const c10::StorageImpl* key, bool fix) {
       pins.nodes.push_back(node);
     }
     if (!fix || !(node = find_locked(h))) return "";
+    freeze_now(lock, node);
+    if ((node = find_locked(h)) && !node->fixed) {
+      unmark_locked(node);
+      node->fixed = true;
+    }
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Note [Storages resized outside the dispatcher]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `tensor.untyped_storage().resize_(0)` frees a storage's memory with no op, and
+// `resize_(n)` gives it back uninitialized: FSDP frees each layer's gathered parameters so
+// after its forward and gathers them again before its backward, writing them with an op.
+// That write settled what was recorded from the parameter (invalidate_readers) by replaying
+// from what the storage held then — memory just allocated, not yet written — so under
+// recompute an activation of the layer came back from garbage, silently. A resize is a
+// write of everything the storage holds: pyalloc/registry.py calls this first (Note
+// [Storage access around the dispatcher] there), and what was recorded from the storage is
+// restored while it still holds what it read, then frozen. A node resized this way is
+// brought back, frozen and fixed (its size is the program's business from then on).
+std::string Registry::before_resize(const c10::StorageImpl* key) {
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  if (!active_.load()) return "";
+  try {
+    invalidate_leaf_readers(lock, key);
+    Node* node = by_key_locked(key);
+    if (!node || node->dead) return "";
+    const Handle h = node->handle;
+    invalidate_readers(lock, key);
+    if (!(node = find_locked(h))) return "";
+    {
+      PinScope pins(*this);
+      pin_all(lock, {node});
+      pins.nodes.push_back(node);
+    }
+    if (!(node = find_locked(h))) return "";
     freeze_now(lock, node);
     if ((node = find_locked(h)) && !node->fixed) {
       unmark_locked(node);

@@ -258,7 +258,7 @@ def a_read_of_evicted_memory_outside_the_registry_is_a_clear_error() -> None:
 
 
 def copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds() -> None:
-    # Note [What the program reads around the dispatcher] in pyalloc/registry.py: a module
+    # Note [Storage access around the dispatcher] in pyalloc/registry.py: a module
     # that keeps a detached activation, evicted, then copied, saved and listed. Before, each
     # of these raised the evicted-memory error (deepcopy: an empty storage).
     import copy

@@ -607,6 +607,40 @@ def rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made() ->
             assert torch.equal(y, want)
 
 
+def a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it() -> None:
+    """FSDP's pattern: a layer's gathered parameter is freed after its forward
+    (`untyped_storage().resize_(0)`, no op) and gathered again before its backward (resized,
+    then written by an op). The write settles what was recorded from the parameter; that
+    must not replay from the memory just reallocated (Note [Storages resized outside the
+    dispatcher] in registry/src/restore.cpp)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 256)
+    x = torch.randn(1024, 256)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        h = torch.relu(lin(x))
+        want = h.detach().clone()
+        assert reg.evict([reg.node_of(h).handle]) == 1
+        gathered = lin.weight.detach().clone()
+        storage = lin.weight.untyped_storage()
+        nbytes = storage.nbytes()
+        storage.resize_(0)                            # freed after the layer's forward
+        other = torch.full((256, 256), 3.0)           # takes the freed memory
+        storage.resize_(nbytes)                       # gathered again: first the memory,
+        with torch.no_grad():
+            lin.weight.copy_(gathered)                # then the all-gather's write
+        assert torch.equal(h, want)
+        # An activation's own storage resized by the program: its readers come back first,
+        # and it is the program's from then on (never evicted again).
+        a = torch.tanh(lin(x))
+        b = a * 2
+        want_b = b.detach().clone()
+        assert reg.evict([reg.node_of(b).handle]) == 1
+        a.untyped_storage().resize_(0)
+        assert torch.equal(b, want_b)
+        assert reg.node_of(a) is None or reg.node_of(a).fixed
+        del other
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -627,4 +661,5 @@ if __name__ == "__main__":
           an_op_that_updates_state_it_reads_replays_from_the_state_it_read,
           a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit,
           what_the_program_keeps_comes_back_before_a_write_to_what_made_it,
-          rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made])
+          rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made,
+          a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it])
