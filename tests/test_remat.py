@@ -131,6 +131,11 @@ def test_a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it():
     run_unit("remat_units", "a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it")
 
 
+def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
+    # See Note [How long a chain may grow] in registry/src/registry.cpp.
+    run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -15,8 +15,23 @@
 namespace pyalloc::registry {
 namespace {
 
-// A chain longer than this is frozen: replaying it would cost more than it saves.
+// Note [How long a chain may grow]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A chain that would grow longer than this is frozen instead: replaying it would cost more
+// than it saves. In backward that holds: a gradient buffer that autograd writes again and
+// again (a GRU's, every timestep) is pinned while it is written and frozen after eight
+// writes, which lets the engine's compaction move it out of the way of its evictable
+// neighbours (Note [Moving what cannot leave] in allocator/src/compactor.h); kept as a
+// chain there, the zoo's GRU language model ran out of memory at 0.4 of its peak. In
+// forward, a buffer assembled piece by piece is common and cheap to replay (each step a
+// copy): `pad_packed_sequence` writes its padded output one timestep at a time, and so
+// does `out[:, t] = h` in a hand-written RNN. Frozen after eight of 96 writes, the padded
+// outputs of a packed bidirectional LSTM and GRU (9 MiB) could never leave under recompute,
+// which ran out of memory even at 0.9 of the program's peak; an LSTM seq2seq replayed three
+// times as many ops at 0.5. So a chain begun outside backward may grow to 256 steps; the
+// cost model prices the replay of all of them.
 constexpr std::size_t kMaxChain = 8;
+constexpr std::size_t kMaxForwardChain = 256;
 // The "model" cost weighs FLOPs against bytes at this arithmetic intensity. On an H100,
 // 8 and 256 chose other victims and gave the same step time under recompute at half the
 // peak (docs/results/notebook.md, "Which ops recompute replays").
@@ -390,7 +405,7 @@ Node* Registry::promote_fill_locked(const c10::StorageImpl* key) {
 bool Registry::extends_chain_locked(c10::ArrayRef<Node*> targets, bool replayable) const {
   const Node* target = targets.front();
   return targets.size() == 1 && replayable && !target->frozen && target->lineage() &&
-         target->steps.size() < kMaxChain;
+         target->steps.size() < (target->backward ? kMaxChain : kMaxForwardChain);
 }
 
 void Registry::record_mutation_locked(Pending* pending, c10::ArrayRef<Node*> targets,

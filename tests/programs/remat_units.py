@@ -641,6 +641,36 @@ def a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it() -> None:
         del other
 
 
+def a_buffer_assembled_step_by_step_in_forward_stays_recomputable() -> None:
+    """`out[t] = h` in a hand-written RNN writes a buffer once per timestep: longer than a
+    chain may grow in backward, yet each step is a copy, cheap to replay (Note [How long a chain may grow] in registry/src/registry.cpp). Before, the
+    ninth write froze the buffer, which then could never leave under recompute."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(0)
+    cell = torch.nn.RNNCell(64, 64)
+    lstm = torch.nn.LSTM(64, 64, batch_first=True)
+    x = torch.randn(20, 32, 64)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        h = cell(x[0])                        # (a buffer filled before the step's first
+        out = torch.zeros(20, 32, 64)         # activation is taken for a parameter's)
+        out[0] = h
+        for t in range(1, 20):
+            h = cell(x[t], h)
+            out[t] = h
+        packed = pack_padded_sequence(x.transpose(0, 1), torch.arange(20, 4, -1)[:16].repeat(2),
+                                      batch_first=True, enforce_sorted=False)
+        padded, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=20)
+        node = reg.node_of(out)
+        assert node is not None and not node.frozen and node.chain == 21, node.chain   # the fill and 20 writes
+        assert reg.node_of(padded) is not None and not reg.node_of(padded).frozen
+        want, want_padded = out.detach().clone(), padded.detach().clone()
+        assert reg.evict([reg.node_of(out).handle, reg.node_of(padded).handle]) == 2
+        assert torch.equal(out, want) and torch.equal(padded, want_padded)
+        (out.sum() + padded.sum()).backward()
+        reg.check_invariants()
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -662,4 +692,5 @@ if __name__ == "__main__":
           a_gradient_backward_builds_from_a_fill_is_a_node_and_comes_back_bit_for_bit,
           what_the_program_keeps_comes_back_before_a_write_to_what_made_it,
           rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made,
-          a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it])
+          a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it,
+          a_buffer_assembled_step_by_step_in_forward_stays_recomputable])
