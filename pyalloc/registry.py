@@ -196,7 +196,8 @@ class _StorageAccess:
 
     @classmethod
     def _export(cls, t: torch.Tensor) -> None:
-        if cls._plain(t) and _torch_shim.load().pyalloc_registry_expose(
+        # (numpy() of a tensor that requires grad raises: nothing is exported.)
+        if cls._plain(t) and not t.requires_grad and _torch_shim.load().pyalloc_registry_expose(
                 t.untyped_storage()._cdata, 1) != 0:
             raise RuntimeError("pyalloc: " + _torch_shim.last_error())
 
