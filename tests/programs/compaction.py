@@ -38,7 +38,7 @@ def main() -> None:
         parts = []
         for i in range(13):
             p = w * float(i)
-            for _ in range(9):    # a chain too long to replay: frozen, never evicted
+            for _ in range(257):  # past a forward chain's 256 steps; a chain too long to replay: frozen, never evicted
                 p.add_(1)
             parts.append(p)
         keep = parts[0::2]

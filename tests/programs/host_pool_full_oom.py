@@ -20,7 +20,7 @@ def main() -> None:
     x = torch.randn(1024, 1024, requires_grad=True)         # 4 MiB
     with pyalloc.recompute(min_bytes=0, policy="swap", host_pool=1 << 20):
         a = x * 2
-        for _ in range(9):   # no lineage: only a swap could evict it, and the pool is 1 MiB
+        for _ in range(257):  # past a forward chain's 256 steps; no lineage: only a swap could evict it, and the pool is 1 MiB
             a.add_(1)
         want = a.detach().clone()
         s = pyalloc.memory_stats()

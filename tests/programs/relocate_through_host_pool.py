@@ -26,7 +26,7 @@ def main() -> None:
     x = torch.randn(1024, 1024, requires_grad=True)         # 4 MiB
     with pyalloc.recompute(min_bytes=0, host_pool=args.host_pool) as reg:
         a = x * 2
-        for _ in range(9):       # a chain too long to replay: recompute cannot evict it
+        for _ in range(257):  # past a forward chain's 256 steps; a chain too long to replay: recompute cannot evict it
             a.add_(1)
         view = a[100:200].t()
         want, want_view = a.detach().clone(), view.detach().clone()

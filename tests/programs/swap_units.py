@@ -18,7 +18,7 @@ def a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing() -> 
     x = torch.randn(512, 512, requires_grad=True)
     with pyalloc.recompute(min_bytes=0, policy="swap", prefetch=0) as reg:
         a = x * 2
-        for _ in range(9):       # a chain too long to replay: no lineage, swap only
+        for _ in range(257):  # past a forward chain's 256 steps; a chain too long to replay: no lineage, swap only
             a.add_(1)
         node = reg.node_of(a)
         assert node.frozen
