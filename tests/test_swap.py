@@ -316,3 +316,14 @@ def test_bad_policy_arguments_name_the_problem():
                       '{"prefetch": "-2"}')
     assert "none, recompute, swap, hybrid" in out
     assert "'host_pool'" in out and "'prefetch'" in out
+
+
+def test_parameters_made_from_a_stack_and_written_back_train_as_plain_pytorch():
+    # torch.func's stack_module_state makes parameters by stack(...).detach().requires_grad_():
+    # their storage was a node whose chain followed the optimizer, and copying them back into
+    # the member modules failed a replay's version check under swap and hybrid. A parameter's
+    # first write now freezes it (dispatch.cpp, run_op).
+    want = run_program("stacked_parameters_written_back", "plain").strip().splitlines()[-1]
+    for policy in ("swap", "hybrid"):
+        got = run_program("stacked_parameters_written_back", policy).strip().splitlines()[-1]
+        assert got == want, (policy, got, want)

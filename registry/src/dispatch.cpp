@@ -394,6 +394,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // extends a chain (See Note [Readers of an earlier version] in writes.cpp).
   NodeList targets;
   KeyList written_keys;
+  bool parameter_written = false;
   for (std::uint16_t pos : info.written) {
     if (pos >= info.num_arguments) continue;
     for_each_tensor((*stack)[first + pos], [&](const at::Tensor& t) {
@@ -405,6 +406,12 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       if (!node && !fills_.empty()) forget_fill_locked(key);  // its contents are not the fill's now
       if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
         targets.push_back(node);
+      // A node the program made a parameter (`stack(...).detach().requires_grad_()`, as
+      // torch.func's stack_module_state does), written by its optimizer: its chain would
+      // follow the optimizer's steps while the op that made it reads the member parameters
+      // the program later writes back, and a replay then failed its version check. A
+      // parameter is no activation: its first write freezes it.
+      if (node && t.is_leaf() && t.requires_grad()) parameter_written = true;
     });
   }
   // 3. What it makes from tensors that require grad is an activation: recorded, unless
@@ -416,7 +423,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // See Note [What no_grad derives].
   const bool derives = !grad_mode && task == -1 && !used.empty() && !c10::InferenceMode::is_enabled();
   const bool creates = replayable && !writes_node && (may_create || derives) && !info.aliases_only;
-  bool extends = writes_node && extends_chain_locked(targets, replayable);
+  bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
   for (const c10::StorageImpl* key : written_keys)  // what else it writes first
     if (key != chained) invalidate_readers(lock, key);

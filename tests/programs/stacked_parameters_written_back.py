@@ -1,4 +1,4 @@
-# pyalloc bug: an ensemble trained with torch.func (stack_module_state + vmap(grad(...)) with the
+# Was a pyalloc bug (fixed: a written parameter freezes, dispatch.cpp run_op): an ensemble trained with torch.func (stack_module_state + vmap(grad(...)) with the
 # per-member gradients assigned to the stacked leaves' .grad, Adam), then the stacked parameters
 # copied back into the member modules under no_grad (p.copy_(params[n][i])). Under swap/hybrid
 # at 180 MiB the copy_ into a member's parameter (an input of the aten::stack node that made the
