@@ -185,8 +185,8 @@ class _StorageAccess:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._saved: Dict[str, Any] = {}
-        self._saved_resize: Any = None
+        # (class, attribute, what the class itself held before: None when it inherited it)
+        self._saved: List[Any] = []
 
     @staticmethod
     def _plain(t: Any) -> bool:
@@ -234,33 +234,31 @@ class _StorageAccess:
             self._users += 1
             if self._users > 1:
                 return
+            def replace(cls: Any, name: str, value: Any) -> None:
+                self._saved.append((cls, name, cls.__dict__.get(name)))
+                setattr(cls, name, value)
+
             for name in self._HOLD + self._EXPORT:
-                self._saved[name] = torch.Tensor.__dict__.get(name)
-                setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
-            self._saved_resize = torch.UntypedStorage.__dict__.get("resize_")
-            torch.UntypedStorage.resize_ = self._wrap_resize(torch.UntypedStorage.resize_)
+                replace(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+            replace(torch.UntypedStorage, "resize_",
+                    self._wrap_resize(torch.UntypedStorage.resize_))
             prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
             if isinstance(prop, property) and prop.fget is not None:
-                self._saved["__cuda_array_interface__"] = prop
                 fget, export = prop.fget, self._export
-                torch.Tensor.__cuda_array_interface__ = property(   # type: ignore[assignment]
-                    lambda t: (export(t), fget(t))[1], doc=prop.__doc__)
+                replace(torch.Tensor, "__cuda_array_interface__",
+                        property(lambda t: (export(t), fget(t))[1], doc=prop.__doc__))
 
     def leave_out(self) -> None:
         with self._lock:
             self._users -= 1
             if self._users > 0:
                 return
-            for name, saved in self._saved.items():
+            for cls, name, saved in reversed(self._saved):
                 if saved is None:
-                    delattr(torch.Tensor, name)   # back to TensorBase's own
+                    delattr(cls, name)            # back to the base class's own
                 else:
-                    setattr(torch.Tensor, name, saved)
+                    setattr(cls, name, saved)
             self._saved.clear()
-            if self._saved_resize is None:
-                del torch.UntypedStorage.resize_
-            else:
-                torch.UntypedStorage.resize_ = self._saved_resize
 
 
 _storage_access = _StorageAccess()

@@ -221,8 +221,7 @@ void Registry::before_rebind(const at::Tensor& self) {
   if (!key) return;
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load(std::memory_order_relaxed) || !leaf_readers_.count(key)) return;
-  invalidate_leaf_readers(lock, key);
+  if (active_.load(std::memory_order_relaxed)) invalidate_leaf_readers(lock, key);
 }
 
 void Registry::promote_fills_locked(const OpInfo& info, c10::ArrayRef<c10::IValue> arguments) {

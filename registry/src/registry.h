@@ -322,6 +322,8 @@ class Registry {
   bool reads_earlier_locked(const Node* reader, const Node* node) const;
   // Freezes `node` after settling its readers of earlier versions.
   void freeze_now(Lock& lock, Node* node);
+  // Brings `node` back, freezes it and fixes it (never leaves again): see restore.cpp.
+  void fix_now(Lock& lock, Node* node);
   // `dead` is about to lose its contents' source: the live nodes made from it (through
   // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
   // nothing changed, when one of them is evicted. See Note [Writes under dead readers].

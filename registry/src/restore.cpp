@@ -383,6 +383,24 @@ void Registry::release(const Handle* handles, std::size_t count) {
   unpin_all_locked(nodes);
 }
 
+// Brings `node` back, freezes it and fixes it (never evicted, swapped or moved again): a
+// storage whose bytes now belong to the program's business outside the dispatcher (Notes
+// [Storages the program reads itself] and [Storages resized outside the dispatcher]).
+void Registry::fix_now(Lock& lock, Node* node) {
+  const Handle h = node->handle;
+  {
+    PinScope pins(*this);
+    pin_all(lock, {node});
+    pins.nodes.push_back(node);
+  }
+  if (!(node = find_locked(h))) return;
+  freeze_now(lock, node);
+  if ((node = find_locked(h)) && !node->fixed) {
+    unmark_locked(node);
+    node->fixed = true;
+  }
+}
+
 // Note [Storages the program reads itself]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Some of PyTorch's Python API reads a storage's bytes without an op: copy.deepcopy and
@@ -401,18 +419,13 @@ std::string Registry::expose(const c10::StorageImpl* key, bool fix) {
   if (!active_.load()) return "";
   Node* node = by_key_locked(key);
   if (!node || node->dead) return "";
-  const Handle h = node->handle;
   try {
-    {
+    if (fix) {
+      fix_now(lock, node);
+    } else {
       PinScope pins(*this);
       pin_all(lock, {node});
       pins.nodes.push_back(node);
-    }
-    if (!fix || !(node = find_locked(h))) return "";
-    freeze_now(lock, node);
-    if ((node = find_locked(h)) && !node->fixed) {
-      unmark_locked(node);
-      node->fixed = true;
     }
   } catch (const c10::Error& e) {
     return e.what_without_backtrace();
@@ -444,18 +457,7 @@ std::string Registry::before_resize(const c10::StorageImpl* key) {
     if (!node || node->dead) return "";
     const Handle h = node->handle;
     invalidate_readers(lock, key);
-    if (!(node = find_locked(h))) return "";
-    {
-      PinScope pins(*this);
-      pin_all(lock, {node});
-      pins.nodes.push_back(node);
-    }
-    if (!(node = find_locked(h))) return "";
-    freeze_now(lock, node);
-    if ((node = find_locked(h)) && !node->fixed) {
-      unmark_locked(node);
-      node->fixed = true;
-    }
+    if ((node = find_locked(h))) fix_now(lock, node);
   } catch (const c10::Error& e) {
     return e.what_without_backtrace();
   } catch (const std::exception& e) {
