@@ -66,6 +66,7 @@ _SIGNATURES = {
     # name: (restype, argtypes)
     "pyalloc_shim_bind": (_c.c_int, [_c.c_char_p]),
     "pyalloc_shim_last_error": (_c.c_char_p, []),
+    "pyalloc_shim_last_error_is_oom": (_c.c_int, []),
     "pyalloc_shim_string_free": (None, [_c.c_void_p]),
     "pyalloc_cpu_shim_install": (_c.c_int, [_c.c_void_p]),
     "pyalloc_cpu_shim_uninstall": (_c.c_int, []),
@@ -158,6 +159,19 @@ def load() -> ctypes.CDLL:
 def last_error() -> str:
     """The reason the calling thread's last failed call into the library gave."""
     return load().pyalloc_shim_last_error().decode(errors="replace")
+
+
+def last_exception() -> Exception:
+    """The calling thread's last failure as the exception to raise: pyalloc's
+    OutOfMemoryError (a torch.OutOfMemoryError) when it was out of memory, so that a
+    training loop's ``except torch.OutOfMemoryError`` sees it, else a RuntimeError."""
+    message = last_error()
+    if not message.startswith("pyalloc"):
+        message = "pyalloc: " + message
+    if load().pyalloc_shim_last_error_is_oom():
+        from .errors import OutOfMemoryError
+        return OutOfMemoryError(message)
+    return RuntimeError(message)
 
 
 def take_string(ptr: Optional[int]) -> str:

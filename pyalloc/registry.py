@@ -199,7 +199,7 @@ class _StorageAccess:
         # (numpy() of a tensor that requires grad raises: nothing is exported.)
         if cls._plain(t) and not t.requires_grad and _torch_shim.load().pyalloc_registry_expose(
                 t.untyped_storage()._cdata, 1) != 0:
-            raise RuntimeError("pyalloc: " + _torch_shim.last_error())
+            raise _torch_shim.last_exception()
 
     def _wrap(self, name: str, original: Any) -> Any:
         plain, export = self._plain, self._export
@@ -223,7 +223,7 @@ class _StorageAccess:
     def _wrap_resize(original: Any) -> Any:
         def resize_(storage: Any, size: Any) -> Any:
             if _torch_shim.load().pyalloc_registry_before_resize(storage._cdata) != 0:
-                raise RuntimeError("pyalloc: " + _torch_shim.last_error())
+                raise _torch_shim.last_exception()
             return original(storage, size)
 
         resize_.__doc__ = getattr(original, "__doc__", None)
@@ -324,7 +324,7 @@ class Registry:
         if shim.pyalloc_registry_start(
                 self.engine.handle, POLICIES.index(self.policy), _COSTS.index(self.cost_model),
                 self.min_bytes, self.prefetch_depth, int(self.relocate), device, int(place)) != 0:
-            raise RuntimeError("pyalloc: " + _torch_shim.last_error())
+            raise _torch_shim.last_exception()
         self._running = True
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))
         _threads_started.include()
@@ -366,7 +366,7 @@ class Registry:
         held = shim.pyalloc_registry_hold((ctypes.c_void_p * len(keys))(*keys), len(keys),
                                           handles)
         if held == ctypes.c_size_t(-1).value:
-            raise RuntimeError(_torch_shim.last_error())
+            raise _torch_shim.last_exception()
         try:
             yield
         finally:
@@ -421,7 +421,7 @@ class Registry:
     def restore_all(self) -> None:
         """Restores every evicted storage the program still holds (oldest first)."""
         if _torch_shim.load().pyalloc_registry_restore_all() != 0:
-            raise RuntimeError(_torch_shim.last_error())
+            raise _torch_shim.last_exception()
 
     def collect(self) -> None:
         """Forgets now what the program no longer holds (the nodes of a step that ended by

@@ -115,6 +115,12 @@ def test_copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds():
     run_unit("dispatch_units", "copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds")
 
 
+def test_a_tensor_that_finds_no_memory_to_come_back_raises_out_of_memory():
+    # Before: a swap-in with no lineage to fall back on, restore_all() and the storage
+    # accesses raised a RuntimeError, which `except torch.OutOfMemoryError` let through.
+    run_unit("dispatch_units", "a_tensor_that_finds_no_memory_to_come_back_raises_out_of_memory")
+
+
 def test_selective_activation_checkpointing_trains_the_same_under_recompute():
     # Note [The registry's own ops]: replays are hidden from the program's Python modes. Before,
     # a replay inside the region's recompute was answered with a saved tensor of another size

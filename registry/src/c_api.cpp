@@ -18,9 +18,11 @@ using pyalloc::registry::registry;
 
 namespace {
 thread_local std::string t_error;
+thread_local bool t_error_oom = false;  // the last failure was out of memory
 
-int fail(std::string message) {
+int fail(std::string message, bool oom = false) {
   t_error = std::move(message);
+  t_error_oom = oom;
   return 1;
 }
 
@@ -35,6 +37,8 @@ template <typename Fn>
 int guarded(Fn&& fn) {
   try {
     return fn();
+  } catch (const c10::OutOfMemoryError& e) {
+    return fail(e.what_without_backtrace(), /*oom=*/true);
   } catch (const c10::Error& e) {
     return fail(e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -44,6 +48,9 @@ int guarded(Fn&& fn) {
 }  // namespace
 
 PYALLOC_SHIM_API const char* pyalloc_shim_last_error() { return t_error.c_str(); }
+
+// Whether the calling thread's last failure was out of memory (torch.OutOfMemoryError).
+PYALLOC_SHIM_API int pyalloc_shim_last_error_is_oom() { return t_error_oom ? 1 : 0; }
 
 PYALLOC_SHIM_API void pyalloc_shim_string_free(char* s) { std::free(s); }
 
@@ -94,8 +101,8 @@ PYALLOC_SHIM_API int pyalloc_registry_stop() {
 
 PYALLOC_SHIM_API int pyalloc_registry_restore_all() {
   return guarded([] {
-    std::string error = registry().restore_all();
-    return error.empty() ? 0 : fail(error);
+    registry().restore_all();
+    return 0;
   });
 }
 
@@ -105,14 +112,12 @@ PYALLOC_SHIM_API size_t pyalloc_registry_hold(const void* const* keys, size_t co
                                               uint64_t* handles) {
   if ((!keys || !handles) && count) return SIZE_MAX;
   std::size_t held = 0;
-  const std::string error =
-      registry().hold(reinterpret_cast<const c10::StorageImpl* const*>(keys), count,
-                      handles, &held);
-  if (!error.empty()) {
-    fail(error);
-    return SIZE_MAX;
-  }
-  return held;
+  const int failed = guarded([&] {
+    registry().hold(reinterpret_cast<const c10::StorageImpl* const*>(keys), count, handles,
+                    &held);
+    return 0;
+  });
+  return failed ? SIZE_MAX : held;
 }
 
 PYALLOC_SHIM_API void pyalloc_registry_release(const uint64_t* handles, size_t count) {
@@ -122,18 +127,16 @@ PYALLOC_SHIM_API void pyalloc_registry_release(const uint64_t* handles, size_t c
 // Note [Storages the program reads itself] in restore.cpp. 0, or -1 on an error.
 PYALLOC_SHIM_API int pyalloc_registry_expose(const void* storage_impl, int fix) {
   return guarded([&] {
-    const std::string error =
-        registry().expose(static_cast<const c10::StorageImpl*>(storage_impl), fix != 0);
-    return error.empty() ? 0 : fail(error);
+    registry().expose(static_cast<const c10::StorageImpl*>(storage_impl), fix != 0);
+    return 0;
   });
 }
 
 // Note [Storages resized outside the dispatcher] in restore.cpp. 0, or -1 on an error.
 PYALLOC_SHIM_API int pyalloc_registry_before_resize(const void* storage_impl) {
   return guarded([&] {
-    const std::string error =
-        registry().before_resize(static_cast<const c10::StorageImpl*>(storage_impl));
-    return error.empty() ? 0 : fail(error);
+    registry().before_resize(static_cast<const c10::StorageImpl*>(storage_impl));
+    return 0;
   });
 }
 

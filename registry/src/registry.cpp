@@ -104,7 +104,16 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
 }
 
 std::string Registry::stop() {
-  std::string error = restore_all();
+  // Stopping always stops: a restore that fails (no memory for it) is reported, and the
+  // registry lets go of everything all the same.
+  std::string error;
+  try {
+    restore_all();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
   Lock lock(mu_);
   Burial burial(*this, lock);
   if (!active_.load()) return error;

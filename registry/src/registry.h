@@ -123,8 +123,10 @@ class Registry {
   // Restores what the program still holds, detaches from the engine, forgets every node.
   std::string stop();
   bool active() const { return active_.load(std::memory_order_acquire); }
-  // Restores every evicted storage the program still holds (oldest first).
-  std::string restore_all();
+  // Restores every evicted storage the program still holds (oldest first). These entry
+  // points throw (c10::OutOfMemoryError when a restore finds no memory); c_api.cpp turns
+  // that into a failure the Python side raises as the same kind.
+  void restore_all();
   // Note [Holding for compiled code]
   // Code compiled by torch.compile reads and writes tensors through their data pointers,
   // not through the dispatcher where the per-op path restores and pins what an op reads:
@@ -133,19 +135,19 @@ class Registry {
   // nodes of `keys` (StorageImpl addresses; storages that are no node are skipped) and
   // pins them, and writes their handles, each once, into `handles` (room for `count`);
   // *held is how many. release() unpins them by handle, found again even if the program
-  // dropped them meanwhile. "" or an error (nothing is left pinned on an error).
-  std::string hold(const c10::StorageImpl* const* keys, std::size_t count, Handle* handles,
+  // dropped them meanwhile. Throws, leaving nothing pinned.
+  void hold(const c10::StorageImpl* const* keys, std::size_t count, Handle* handles,
                    std::size_t* held);
   void release(const Handle* handles, std::size_t count);
   // The node of `key` (a StorageImpl address; nothing if it is no node) comes back now,
   // for a read of its bytes outside the dispatcher; with `fix`, it is also frozen and
-  // never leaves again (its memory was handed to another library). "" or an error. See
-  // Note [Storages the program reads itself] in restore.cpp.
-  std::string expose(const c10::StorageImpl* key, bool fix);
+  // never leaves again (its memory was handed to another library). See Note [Storages the
+  // program reads itself] in restore.cpp.
+  void expose(const c10::StorageImpl* key, bool fix);
   // The storage `key` is about to be resized outside the dispatcher (its contents lost):
-  // settled as for a write. "" or an error. See Note [Storages resized outside the
-  // dispatcher] in restore.cpp.
-  std::string before_resize(const c10::StorageImpl* key);
+  // settled as for a write. See Note [Storages resized outside the dispatcher] in
+  // restore.cpp.
+  void before_resize(const c10::StorageImpl* key);
   // Forgets now what the program no longer holds — the nodes of a step that ended by an
   // exception, the registry's own storages only their lineage needed — instead of at the
   // next periodic sweep, so their memory is free for what comes next (empty_cache() calls

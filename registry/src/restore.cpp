@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -302,11 +303,21 @@ void Registry::restore(Lock& lock, Node* node) {
       swap_in(lock, node, /*wait=*/true, /*allocated=*/false);
       return;
     } catch (const c10::Error& e) {
+      // Out of memory stays out of memory: a training loop that catches
+      // torch.OutOfMemoryError (to skip a batch, or halve it) must see this one too.
+      const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
+      TORCH_CHECK_WITH(OutOfMemoryError, node->lineage() || !oom,
+                       "pyalloc: cannot bring back a swapped-out tensor (", node->nbytes,
+                       " bytes) and it has no lineage to recompute it from: ",
+                       e.what_without_backtrace());
       TORCH_CHECK(node->lineage(), "pyalloc: cannot bring back a swapped-out tensor (",
                   node->nbytes, " bytes) and it has no lineage to recompute it from: ",
                   e.what_without_backtrace());
-      std::fprintf(stderr, "pyalloc: warning: %s; recomputing the tensor instead\n",
-                   e.what_without_backtrace());
+      // Once: under a tight budget a hybrid run may fall back on every step.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        std::fprintf(stderr, "pyalloc: warning: %s; recomputing the tensor instead (shown "
+                     "once; later fallbacks are silent)\n", e.what_without_backtrace());
     }
   }
   TORCH_CHECK(node->lineage(), "pyalloc: an evicted tensor has no lineage left to recompute it "
@@ -352,26 +363,19 @@ c10::intrusive_ptr<c10::StorageImpl> Registry::version_of(Lock& lock, Node* node
   return storage;
 }
 
-std::string Registry::hold(const c10::StorageImpl* const* keys, std::size_t count,
-                           Handle* handles, std::size_t* held) {
+void Registry::hold(const c10::StorageImpl* const* keys, std::size_t count,
+                    Handle* handles, std::size_t* held) {
   Lock lock(mu_);
   Burial burial(*this, lock);
   *held = 0;
-  if (!active_.load()) return "";
+  if (!active_.load()) return;
   NodeList nodes;
   for (std::size_t i = 0; i < count; ++i) {
     Node* node = by_key_locked(keys[i]);
     if (node && std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   }
-  try {
-    pin_all(lock, nodes);  // all pinned, or none on a throw
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
+  pin_all(lock, nodes);  // all pinned, or none on a throw
   for (Node* node : nodes) handles[(*held)++] = node->handle;
-  return "";
 }
 
 void Registry::release(const Handle* handles, std::size_t count) {
@@ -413,26 +417,19 @@ void Registry::fix_now(Lock& lock, Node* node) {
 // comes back first. An exported one (`fix`) is also frozen — settling what was recorded
 // from it, since whatever holds the memory may write it unseen — and fixed: never evicted,
 // swapped or moved again, as the other library needs its bytes where it was told they are.
-std::string Registry::expose(const c10::StorageImpl* key, bool fix) {
+void Registry::expose(const c10::StorageImpl* key, bool fix) {
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load()) return "";
+  if (!active_.load()) return;
   Node* node = by_key_locked(key);
-  if (!node || node->dead) return "";
-  try {
-    if (fix) {
-      fix_now(lock, node);
-    } else {
-      PinScope pins(*this);
-      pin_all(lock, {node});
-      pins.nodes.push_back(node);
-    }
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
+  if (!node || node->dead) return;
+  if (fix) {
+    fix_now(lock, node);
+  } else {
+    PinScope pins(*this);
+    pin_all(lock, {node});
+    pins.nodes.push_back(node);
   }
-  return "";
 }
 
 // Note [Storages resized outside the dispatcher]
@@ -447,45 +444,31 @@ std::string Registry::expose(const c10::StorageImpl* key, bool fix) {
 // [Storage access around the dispatcher] there), and what was recorded from the storage is
 // restored while it still holds what it read, then frozen. A node resized this way is
 // brought back, frozen and fixed (its size is the program's business from then on).
-std::string Registry::before_resize(const c10::StorageImpl* key) {
+void Registry::before_resize(const c10::StorageImpl* key) {
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load()) return "";
-  try {
-    invalidate_leaf_readers(lock, key);
-    Node* node = by_key_locked(key);
-    if (!node || node->dead) return "";
-    const Handle h = node->handle;
-    invalidate_readers(lock, key);
-    if ((node = find_locked(h))) fix_now(lock, node);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  if (!active_.load()) return;
+  invalidate_leaf_readers(lock, key);
+  Node* node = by_key_locked(key);
+  if (!node || node->dead) return;
+  const Handle h = node->handle;
+  invalidate_readers(lock, key);
+  if ((node = find_locked(h))) fix_now(lock, node);
 }
 
-std::string Registry::restore_all() {
+void Registry::restore_all() {
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load()) return "";
+  if (!active_.load()) return;
   std::vector<Handle> order;
   for (Node* node = nodes_.oldest(); node; node = node->newer) order.push_back(node->handle);
-  try {
-    for (Handle h : order) {  // oldest first: each chain is rebuilt front to back
-      Node* node = find_locked(h);
-      if (!node) continue;
-      if (!node->dead && node->weak.expired()) mark_dead_locked(node);
-      if (node->evicted && !node->dead && program_holds_locked(node)) restore_now(lock, node);
-      if (node->arriving) arrive_locked(node);
-    }
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
+  for (Handle h : order) {  // oldest first: each chain is rebuilt front to back
+    Node* node = find_locked(h);
+    if (!node) continue;
+    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+    if (node->evicted && !node->dead && program_holds_locked(node)) restore_now(lock, node);
+    if (node->arriving) arrive_locked(node);
   }
-  return "";
 }
 
 }  // namespace pyalloc::registry

@@ -299,6 +299,52 @@ def copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds() -> None:
     assert torch.Tensor.__deepcopy__.__module__ == "torch._tensor"
 
 
+def a_tensor_that_finds_no_memory_to_come_back_raises_out_of_memory() -> None:
+    # A restore that finds no memory is an out-of-memory error wherever it happens, so that
+    # a training loop's `except torch.OutOfMemoryError` (skip the batch, halve it) sees it:
+    # a swap-in of a tensor with no lineage to fall back on, and the entry points Python
+    # calls (restore_all(), the storage accesses of Note [Storage access around the
+    # dispatcher]). Before, they raised a plain RuntimeError. Nothing is lost: with memory
+    # back, the tensor reads what it held.
+    import copy
+
+    engine = pyalloc._engine(None)
+    w = torch.randn(1024, 1024, requires_grad=True)
+    x = torch.randn(1024, 1024)
+    for policy in ("recompute", "swap"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            h = torch.tanh(x @ w)
+            if policy == "swap":   # made a parameter and written: frozen, no lineage
+                h = h.detach().requires_grad_()
+                with torch.no_grad():
+                    h.add_(1)
+            want = h.detach().clone()
+            node = reg.node_of(h)
+            assert node.frozen == (policy == "swap"), policy
+            assert reg.evict([node.handle]) == 1
+            engine.empty_cache()
+            engine.set_budget(pyalloc.memory_stats()["reserved_bytes.all.current"])
+            fill = []   # what is free goes to tensors the program holds
+            try:
+                while True:
+                    fill.append(torch.empty(1 << 18))
+            except torch.OutOfMemoryError:
+                pass
+            for access in (reg.restore_all, lambda: h.sum(), lambda: copy.deepcopy(h.detach()),
+                           lambda: h.detach().numpy()):
+                try:
+                    access()
+                except torch.OutOfMemoryError as e:
+                    if policy == "swap":
+                        assert "no lineage" in str(e) or "tried to allocate" in str(e), e
+                else:
+                    raise AssertionError(f"{policy}: no error with no memory to restore into")
+            del fill
+            engine.set_budget(1 << 30)
+            assert torch.equal(h.detach(), want), policy
+            reg.check_invariants()
+
+
 if __name__ == "__main__":
     main([composite_ops_are_seen_through_to_their_pieces,
           autocast_casts_are_nodes,
@@ -310,4 +356,5 @@ if __name__ == "__main__":
           threads_the_program_starts_read_evicted_tensors_as_they_were,
           training_in_a_thread_the_program_starts_evicts_and_trains_the_same,
           a_read_of_evicted_memory_outside_the_registry_is_a_clear_error,
-          copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds])
+          copies_pickles_and_lists_of_an_evicted_tensor_read_what_it_holds,
+          a_tensor_that_finds_no_memory_to_come_back_raises_out_of_memory])
