@@ -27,7 +27,9 @@ results, chosen by the program):
   recorded ops read ("overwrite": autograd may refuse them, and the program is skipped when
   it does, under both runs alike);
 * ops under ``no_grad`` on activations, a custom ``autograd.Function``, a straight-through
-  estimator, non-reentrant checkpointing, a parameter rebound by ``.data =``;
+  estimator, non-reentrant checkpointing, a parameter rebound by ``.data =``; a gradient
+  penalty (``autograd.grad(create_graph=True)``, then a double backward) and gradients of
+  activations kept by ``retain_grad``;
 * "drop": the program lets go of a result, so its storage dies as lineage when nothing
   else holds it; "evict"/"evict_some": everything the registry holds, or every other node,
   is evicted at once; "evict_in_backward": a gradient hook evicts everything during
@@ -69,6 +71,8 @@ STEP = st.one_of(
               st.integers(0, 50)),
     st.tuples(st.just("drop"), st.just(""), st.integers(1, 50), st.just(0)),
     st.tuples(st.just("rebind"), st.just(""), st.just(0), st.just(0)),
+    st.tuples(st.sampled_from(["grad_of", "retain_grad"]), st.just(""), st.integers(0, 50),
+              st.integers(0, 50)),
     st.tuples(st.sampled_from(["evict", "evict_some", "evict_in_backward"]), st.just(""),
               st.integers(0, 50), st.just(0)),
 )
@@ -252,7 +256,7 @@ def run(program, registry):
 
     for iteration in range(2):
         env = [x * 1.0]   # env[0] is never written in place nor dropped
-        hooks = []
+        hooks, retained = [], []
         for kind, op, i, j in program:
             if kind in ("evict", "evict_some"):
                 evict(kind)
@@ -266,6 +270,18 @@ def run(program, registry):
                 k = i % len(env)
                 if k:
                     env[k] = None
+            elif kind == "grad_of":
+                # A gradient penalty: a gradient with a graph of its own, in the loss (its
+                # backward is a double backward through a's history).
+                if a.requires_grad:
+                    g, = torch.autograd.grad((a * b).sum(), x, create_graph=True,
+                                             allow_unused=True)
+                    if g is not None:
+                        env.append(g * 0.1)
+            elif kind == "retain_grad":
+                if a.requires_grad and not a.is_leaf:
+                    a.retain_grad()
+                    retained.append(a)
             elif kind == "rebind":
                 p.data = p.data * 0.75 + 0.25
             elif kind == "overwrite":
@@ -298,7 +314,7 @@ def run(program, registry):
         for h in hooks:
             h.remove()
         out += [t.detach().clone() for t in kept]
-        out += [t.grad.clone() for t in (x, w, p) if t.grad is not None]
+        out += [t.grad.clone() for t in [x, w, p] + retained if t.grad is not None]
         with torch.no_grad():
             for t in (w, p):
                 if t.grad is not None:
