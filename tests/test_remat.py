@@ -131,6 +131,17 @@ def test_a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it():
     run_unit("remat_units", "a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it")
 
 
+def test_a_storage_frozen_while_read_is_let_go_once_nothing_reads_it():
+    # Before: numpy() of an activation a recorded op read, and a reversible Function resizing
+    # its inputs in backward, each left 4 MiB a step allocated that nothing held.
+    run_unit("remat_units", "a_storage_frozen_while_read_is_let_go_once_nothing_reads_it")
+
+
+def test_a_conjugate_view_replays_conjugated():
+    # Before: the replay of `c.conj() * w` read c unconjugated (wrong values, no error).
+    run_unit("remat_units", "a_conjugate_view_replays_conjugated")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

@@ -188,6 +188,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
       forget_locked(node);
     }
   }
+  revisit_unread_locked();  // what frozen survivors read: Note [Inputs a frozen node no longer reads]
 }
 
 }  // namespace pyalloc::registry

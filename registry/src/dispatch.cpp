@@ -353,6 +353,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     end_stale_backwards_locked(lock);  // passes that ended by an exception
   }
   notice_deaths_locked(/*all=*/false);
+  revisit_unread_locked();
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
   // A fill this op reads or writes becomes a node first when the op may make an activation
   // (Note [Fills a write makes activations]).

@@ -185,6 +185,7 @@ void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
     work.pop_back();
     if (!node || node->pins) continue;
     if (!node->dead && node->weak.expired()) mark_dead_locked(node);
+    let_go_if_unread_locked(node);  // Note [Inputs a frozen node no longer reads]
     if (program_holds_locked(node)) continue;
     if (has_readers_locked(node)) {
       if (node->stale_readers && node->dead) forget_dead_cycle_locked(node, work);
@@ -227,6 +228,7 @@ void Registry::collect() {
   if (!active_.load()) return;
   end_stale_backwards_locked(lock);
   notice_deaths_locked(/*all=*/true);
+  revisit_unread_locked();
   sweep_locked(/*tidy=*/true);
 }
 

@@ -91,6 +91,12 @@ struct Ref {
   c10::SmallVector<std::int64_t, 6> sizes;
   c10::SmallVector<std::int64_t, 6> strides;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  // The lazy conjugate and negative bits of the view (x.conj(), x.conj().imag): a view of
+  // the same bytes that ops below the registry read conjugated or negated. Dropped, a
+  // replay read x where the op had read conj(x): a complex network's weight gradient
+  // (autograd's mm backward takes saved.conj()) came back wrong, silently.
+  bool conj = false;
+  bool neg = false;
   std::uint16_t arg = 0;      // which argument of the stack
   std::int32_t element = -1;  // which element of a tensor list (-1: the argument itself)
 };

@@ -130,6 +130,7 @@ std::string Registry::stop() {
     forget_locked(node);
   }
   leaf_readers_.clear();
+  unread_.clear();
   drop_fills_locked(/*all=*/true);
   by_ordinal_.clear();
   open_tasks_.clear();
@@ -231,6 +232,8 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
     ref.sizes.assign(t.sizes().begin(), t.sizes().end());
     ref.strides.assign(t.strides().begin(), t.strides().end());
     ref.dtype = t.scalar_type();
+    ref.conj = t.is_conj();
+    ref.neg = t.is_neg();
     ref.arg = arg;
     ref.element = element;
     return c10::IValue();

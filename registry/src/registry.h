@@ -382,6 +382,11 @@ class Registry {
   // Forgets the nodes of `work` (handles) that nothing needs any more, and then whatever
   // only they read.
   void release_dead_locked(c10::SmallVectorImpl<Handle>& work);
+  // Looks again at the inputs of nodes frozen since the last look (unread_), and lets go
+  // of a live node's `held` once nothing reads it: See Note [Inputs a frozen node no longer
+  // reads] in writes.cpp.
+  void revisit_unread_locked();
+  void let_go_if_unread_locked(Node* node);
   // Forgets `node` (dead) and every node it feeds when all of them are dead and unheld:
   // a cycle through readers of earlier versions. Their inputs go to `work`.
   bool forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>& work);
@@ -472,6 +477,8 @@ class Registry {
   // Set aside for a Burial (Note [Releasing outside the lock]); buried_: non-empty.
   std::vector<std::shared_ptr<const Recording>> graveyard_;  // guarded by mu_
   std::vector<c10::intrusive_ptr<c10::StorageImpl>> graveyard_storages_;  // guarded by mu_
+  // Inputs of nodes frozen since revisit_unread_locked() last ran.
+  c10::SmallVector<Handle, 16> unread_;  // guarded by mu_
   std::atomic<bool> buried_{false};
   // Memory for Recordings, one per recorded op. They are made an op at a time and
   // released a hundred or more at a time at the end of a step, which overflows malloc's

@@ -153,6 +153,15 @@ at::Tensor Registry::view_of_locked(Node* node, const Ref& ref) {
   return tensor_on(node->storage(), ref.dtype, ref.sizes, ref.strides, ref.offset);
 }
 
+namespace {
+// The view bits a Ref recorded (Ref::conj, Ref::neg), set on the tensor a replay rebuilt.
+at::Tensor& with_view_bits(at::Tensor& t, const Ref& ref) {
+  if (ref.conj) t.unsafeGetTensorImpl()->_set_conj(true);
+  if (ref.neg) t.unsafeGetTensorImpl()->_set_neg(true);
+  return t;
+}
+}  // namespace
+
 std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* target,
                                         c10::intrusive_ptr<c10::StorageImpl> into) {
   const Recording& rec = *step.rec;
@@ -210,6 +219,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
     } else {
       t = view_of_locked(ref.node == target_handle ? target : find_locked(ref.node), ref);
     }
+    with_view_bits(t, ref);
     c10::IValue& slot = stack[ref.arg];
     if (ref.element < 0) {
       slot = t;

@@ -250,11 +250,44 @@ bool Registry::freeze_dependents_locked(Lock& lock, Node* dead) {
   return true;
 }
 
+// Note [Inputs a frozen node no longer reads]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A frozen input is held by the registry (`held`) while recorded ops read it (Note [Who
+// holds a storage] in node.h). Two ways that hold outlived its readers, and each step of a
+// reversible network (a custom Function that resizes its inputs' storages in backward, as
+// revlib-style code does, freezing the previous block's outputs) left 4 MiB allocated that
+// nothing held, until the backstop sweep thousands of ops later — and `numpy()` of an
+// activation something had read left it for good:
+// * a reader that is frozen in turn keeps no Refs, so nothing looked at its inputs again
+//   (a forgotten reader's are, by release_dead_locked). Freezing a node now queues its
+//   inputs (unread_), and the next entry point looks at them;
+// * a storage the program had taken `untyped_storage()` of: while `held` keeps the
+//   StorageImpl referenced, PyTorch keeps its Python object too, so the program seemed to
+//   hold it (program_holds_locked) and the registry kept `held` for it.
+// So wherever an input is looked at again, a live one that nothing reads lets go of `held`
+// (let_go_if_unread_locked): it dies when the program drops it, as with no registry. One
+// nothing reads and the program does not hold is forgotten, with what only it read.
+void Registry::let_go_if_unread_locked(Node* node) {
+  if (!node->held || node->dead || has_readers_locked(node)) return;
+  graveyard_storages_.push_back(std::move(node->held));  // Note [Releasing outside the lock]
+  buried_.store(true, std::memory_order_relaxed);
+}
+
+void Registry::revisit_unread_locked() {
+  if (unread_.empty()) return;
+  c10::SmallVector<Handle, 16> work;
+  work.swap(unread_);
+  release_dead_locked(work);  // looks at each (see above)
+}
+
 void Registry::freeze_locked(Node* node) {
   if (node->frozen) return;
   if (!node->dead && node->weak.expired()) mark_dead_locked(node);
   unmark_locked(node);
   node->frozen = true;
+  for (const Step& step : node->steps)  // See Note [Inputs a frozen node no longer reads]
+    for (const Ref& ref : step.rec->refs)
+      if (ref.node != node->handle) unread_.push_back(ref.node);
   const c10::intrusive_ptr<c10::StorageImpl> held = node->held;
   bury_locked(node);  // its lineage goes, releasing its inputs
   node->held = held;

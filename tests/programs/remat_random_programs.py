@@ -16,7 +16,7 @@ The vocabulary is what user programs do to activations (every op reads one or tw
 results, chosen by the program):
 
 * elementwise, reductions, softmax and norms, matmuls, casts to other dtypes and back,
-  complex views, strided views (``t``, slices, ``as_strided``, ``unfold``), ``cat`` and
+  complex views and conjugate views (the lazy conjugate and negative bits), strided views (``t``, slices, ``as_strided``, ``unfold``), ``cat`` and
   ``stack``, ops with two results (``max`` along a dimension, ``var_mean``, ``sort``), and
   integer indices made from activations (``topk``, ``argsort``, boolean masks) used by
   ``gather``, ``scatter`` and ``index_put_``;
@@ -53,7 +53,7 @@ UNARY = ["relu", "tanh", "exp_small", "dropout", "t", "slice", "mul2", "rand_add
          "sigmoid", "softmax", "log_softmax", "cumsum", "layer_norm", "batch_norm",
          "double", "bfloat16", "complex", "as_strided", "unfold", "max_dim", "var_mean",
          "sort", "bernoulli", "normal_", "multinomial", "ste", "function", "checkpoint",
-         "mul_p", "contiguous_t", "expand", "chunk"]
+         "mul_p", "contiguous_t", "expand", "chunk", "conj", "conj_imag"]
 BINARY = ["matmul", "add", "cat", "stack", "where", "topk_scatter", "argsort_gather",
           "index_put_", "assemble_zeros", "assemble_empty"]
 INPLACE = ["add_", "relu_", "mul_", "dropout_", "slice_mul_", "t_slice_add_",
@@ -164,6 +164,12 @@ def run(program, registry):
         if op == "complex":
             c = torch.view_as_complex(square(a).reshape(N, N // 2, 2).contiguous())
             return torch.view_as_real(c * (0.5 + 0.25j)).reshape(N, N)
+        if op == "conj":   # a view with the lazy conjugate bit, read by an op
+            c = torch.view_as_complex(square(a).reshape(N, N // 2, 2).contiguous())
+            return torch.view_as_real(c.conj() * (1.5 - 0.5j)).reshape(N, N)
+        if op == "conj_imag":   # the negative bit: the imaginary part of a conjugate view
+            c = torch.view_as_complex(square(a).reshape(N, N // 2, 2).contiguous())
+            return (c.conj().imag * 2).repeat(1, 2)
         if op == "as_strided":   # every other column of a contiguous copy, twice
             s = square(a).contiguous()
             v = s.as_strided((N, N // 2), (N, 2))

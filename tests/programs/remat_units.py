@@ -641,6 +641,93 @@ def a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it() -> None:
         del other
 
 
+def a_storage_frozen_while_read_is_let_go_once_nothing_reads_it() -> None:
+    """Note [Inputs a frozen node no longer reads] in registry/src/writes.cpp: the registry
+    holds a frozen input while recorded ops read it, and must let go of it after. Two ways it
+    did not: `numpy()` of an activation a recorded op read (its Python storage object made
+    the program seem to hold it), and a reversible block's Function resizing its inputs'
+    storages in backward, whose readers froze in turn. Each left 4 MiB a step allocated."""
+    import gc
+
+    def allocated() -> int:
+        gc.collect()
+        return pyalloc.memory_stats()["allocated_bytes.all.current"]
+
+    class Reversible(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x1, x2):
+            with torch.no_grad():
+                y1 = x1 + torch.tanh(x2)
+                y2 = x2 + torch.tanh(y1)            # reads the other output
+            ctx.x = (x1.detach(), x2.detach())
+            return y1, y2
+
+        @staticmethod
+        def backward(ctx, dy1, dy2):
+            for t in ctx.x:                         # a no-op resize, as memory-saving code does
+                t.untyped_storage().resize_(t.untyped_storage().nbytes())
+            del ctx.x
+            return dy1, dy2
+
+    a = torch.randn(1 << 20, requires_grad=True)    # 4 MiB
+    for policy in ("recompute", "swap"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            left = []
+            for _ in range(3):
+                base = allocated()
+                x = a * 2.0
+                with torch.no_grad():
+                    y = torch.tanh(x)               # a recorded op reads x
+                x.detach().numpy()                  # x is frozen and fixed while y reads it
+                del x, y
+                reg.collect()
+                left.append(allocated() - base)
+            assert left == [0, 0, 0], (policy, left)
+            left = []
+            for _ in range(4):
+                base = allocated()
+                x1, x2 = a * 1.0, a * 0.5
+                for _ in range(3):
+                    x1, x2 = Reversible.apply(x1, x2)
+                (x1.sum() + x2.sum()).backward()
+                del x1, x2
+                a.grad = None
+                reg.collect()
+                left.append(allocated() - base)
+            assert left[1:] == [0, 0, 0], (policy, left)
+            reg.check_invariants()
+
+
+def a_conjugate_view_replays_conjugated() -> None:
+    """`x.conj()` is a view with a lazy conjugate bit, `x.conj().imag` one with a negative
+    bit: ops below the registry read them conjugated or negated. A replay rebuilt such an
+    argument without its bit, so under recompute `c.conj() * w` came back as `c * w`, and a
+    complex network's weight gradients (autograd's mm backward reads `saved.conj()`) were
+    wrong, silently (Ref::conj and Ref::neg in registry/src/node.h)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(512, 512)
+    w = torch.nn.Parameter(torch.randn(256, dtype=torch.cfloat))
+    x = torch.randn(1024, 512)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        c = torch.view_as_complex(lin(x).view(-1, 256, 2))
+        made = [c.conj() * w,                         # the conjugate bit
+                c.conj().imag * w.real,               # the negative bit
+                torch.view_as_complex(lin(x).view(-1, 256, 2)).conj() @ torch.eye(
+                    256, dtype=torch.cfloat)]         # a conjugated matmul operand
+        want = [t.detach().clone() for t in made]
+        assert reg.evict([reg.node_of(t).handle for t in made]) == len(made)
+        for t, expected in zip(made, want):
+            assert torch.equal(t, expected)
+        sum(t.real.sum() + t.imag.sum() if t.is_complex() else t.sum() for t in made).backward()
+        grads = (lin.weight.grad.clone(), w.grad.clone())
+    lin.weight.grad = w.grad = None
+    c = torch.view_as_complex(lin(x).view(-1, 256, 2))
+    made = [c.conj() * w, c.conj().imag * w.real,
+            torch.view_as_complex(lin(x).view(-1, 256, 2)).conj() @ torch.eye(256, dtype=torch.cfloat)]
+    sum(t.real.sum() + t.imag.sum() if t.is_complex() else t.sum() for t in made).backward()
+    assert torch.equal(grads[0], lin.weight.grad) and torch.equal(grads[1], w.grad)
+
+
 def a_buffer_assembled_step_by_step_in_forward_stays_recomputable() -> None:
     """`out[t] = h` in a hand-written RNN writes a buffer once per timestep: longer than a
     chain may grow in backward, yet each step is a copy, cheap to replay (Note [How long a chain may grow] in registry/src/registry.cpp). Before, the
@@ -693,4 +780,6 @@ if __name__ == "__main__":
           what_the_program_keeps_comes_back_before_a_write_to_what_made_it,
           rebinding_what_an_activation_was_made_from_keeps_the_activation_as_made,
           a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it,
+          a_storage_frozen_while_read_is_let_go_once_nothing_reads_it,
+          a_conjugate_view_replays_conjugated,
           a_buffer_assembled_step_by_step_in_forward_stays_recomputable])
