@@ -10,9 +10,12 @@
 # eps; MSE on the predicted noise after unpatchify. AdamW, and an EMA copy (copy.deepcopy,
 # requires_grad_(False)) updated each step with torch._foreach_lerp_ (EMA=swa: a
 # torch.optim.swa_utils.AveragedModel with a custom avg_fn and use_buffers=True). 3 steps; the EMA
-# model's prediction at the end is reported too.
+# model's prediction at the end is reported too. CKPT=1: every block under torch.utils.checkpoint
+# (use_reentrant=False), as diffusion codebases offer.
 import copy, math, os, torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from common import setup, report
+CKPT = os.environ.get("CKPT") == "1"
 policy = setup()
 torch.use_deterministic_algorithms(True)
 B, C, S, P, Dm, H, DEPTH, NCLS, T = 16, 4, 16, 2, 96, 4, 4, 10, 1000
@@ -58,7 +61,8 @@ class DiT(nn.Module):
         x = x.reshape(b, C, g, P, g, P).permute(0, 2, 4, 1, 3, 5).reshape(b, g * g, C * P * P)
         x = s.patch(x) + s.pos
         c = s.t_mlp(timestep_embedding(t, 256)) + s.y_emb(y)
-        for blk in s.blocks: x = blk(x, c)
+        for blk in s.blocks:
+            x = checkpoint(blk, x, c, use_reentrant=False) if CKPT and s.training else blk(x, c)
         sh, sc = s.ada_f(c).chunk(2, dim=1)
         x = s.out(modulate(s.norm_f(x), sh, sc))
         return x.reshape(b, g, g, C, P, P).permute(0, 3, 1, 4, 2, 5).reshape(b, C, S, S)
