@@ -23,6 +23,7 @@ class Enhancer(nn.Module):
         s.freq = nn.Linear(NF, NF)
         s.dec = nn.Sequential(blk(2 * CH, CH), blk(CH, CH), nn.Conv2d(CH, 2, 1))
         s.gain = nn.Parameter(torch.ones(NF, dtype=torch.cfloat))
+        s.fmix = nn.Parameter(torch.eye(NF, dtype=torch.cfloat) + 0.01 * torch.randn(NF, NF, dtype=torch.cfloat))
     def forward(s, wav):
         spec = torch.stft(wav, NFFT, HOP, window=s.window, return_complex=True)       # (B, F, T)
         feats = torch.cat([torch.log1p(spec.abs()).unsqueeze(1), torch.view_as_real(spec).permute(0, 3, 1, 2)], 1)
@@ -32,6 +33,7 @@ class Enhancer(nn.Module):
         m = torch.view_as_complex(m.permute(0, 2, 3, 1).contiguous())
         m = torch.polar(torch.tanh(m.abs()), m.angle())
         est = spec * m * s.gain[None, :, None]
+        est = (est.transpose(1, 2) @ s.fmix).transpose(1, 2)
         return torch.istft(est, NFFT, HOP, window=s.window, length=wav.shape[-1]), est
 model = Enhancer()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
