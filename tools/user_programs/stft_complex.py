@@ -5,10 +5,12 @@
 # the frequency axis) and predicts a complex mask: two channels permuted last, .contiguous(),
 # view_as_complex; bounded in magnitude with tanh(abs(m)) and kept in phase by angle(m), rebuilt
 # with torch.polar. The masked spectrum is spec * mask * a per-frequency complex nn.Parameter
-# (cfloat) gain, then torch.istft(length=...) back to a waveform. Loss: L1 on the waveform plus MSE
-# of compressed magnitudes (abs ** 0.3) against the clean spectrum's. Adam (with the complex
-# parameter), 3 steps.
-import math, torch, torch.nn as nn, torch.nn.functional as F
+# (cfloat) gain, mixed across frequencies by a complex (F, F) matrix parameter near the identity
+# (est^T @ W by matmul: a complex linear layer over frequency), then torch.istft(length=...) back
+# to a waveform. Loss: L1 on the waveform plus MSE of compressed magnitudes (abs ** 0.3; POWER=1:
+# the power as (est * est.conj()).real, ** 0.15) against the clean spectrum's. Adam (with the
+# complex parameters), 3 steps.
+import math, os, torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
@@ -47,7 +49,11 @@ for step in range(3):
     noisy = clean + 0.1 * torch.randn(B, L, generator=g)
     out, est = model(noisy)
     cspec = torch.stft(clean, NFFT, HOP, window=win, return_complex=True)
-    loss = F.l1_loss(out, clean) + F.mse_loss(est.abs() ** 0.3, cspec.abs() ** 0.3)
+    if os.environ.get("POWER") == "1":          # |X|^2 as X * conj(X), as much audio code writes it
+        pw = (est * est.conj()).real.clamp_min(1e-8)
+        loss = F.l1_loss(out, clean) + F.mse_loss(pw ** 0.15, cspec.abs() ** 0.3)
+    else:
+        loss = F.l1_loss(out, clean) + F.mse_loss(est.abs() ** 0.3, cspec.abs() ** 0.3)
     opt.zero_grad()
     loss.backward()
     opt.step()
