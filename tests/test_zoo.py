@@ -99,6 +99,11 @@ AT_THE_EDGE = {
                                 "depending on when swap copies complete",
     ("zoo_mobilenet", "hybrid"): "at the edge of 0.4 of its peak: trains or runs out of memory "
                                   "depending on when swap copies complete and on host time",
+    # Out of memory once, in a CI-like run while two other jobs and a callgrind profile
+    # shared the VM's two cores (2026-11-27, 2 MiB short with 4.8 MiB evictable in 13
+    # blocks); trained in the seven runs after, four of them side by side.
+    ("zoo_unet", "hybrid"): "at the edge of 0.4 of its peak on a loaded machine: hybrid's "
+                             "choice depends on host time and on when swap copies complete",
 }
 _FLOOR_BOUND = ("out of memory at 0.4 of the peak: its floor (what no victim choice can "
                 "free, bench_remat's floor under recompute) is 0.43")
