@@ -8,7 +8,7 @@ import math, torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
-V, D, H, L, B, T, NBK, CH, NH = 256, 64, 2, 2, 4, 128, 8, 16, 2
+V, D, H, L, B, T, NBK, CH, NH = 256, 64, 2, 2, 12, 128, 8, 16, 2
 def look_back(x):
     # x: (..., nchunks, CH, d) -> (..., nchunks, 2*CH, d), each chunk with the previous one
     prev = torch.cat([x[..., -1:, :, :], x[..., :-1, :, :]], dim=-3)

@@ -7,7 +7,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
-V, C, L, B, T = 300, 64, 3, 8, 40
+V, C, L, B, T = 300, 64, 3, 32, 40
 def wkv(w, u, k, v):
     # w, u: (C,), k, v: (B, T, C); returns (B, T, C)
     Bk, Tk, Ck = k.shape

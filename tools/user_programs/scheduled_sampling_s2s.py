@@ -7,7 +7,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
-SV, TV, E, Hd, B, S, T, BOS = 200, 180, 64, 96, 16, 24, 20, 1
+SV, TV, E, Hd, B, S, T, BOS = 200, 180, 64, 96, 64, 24, 20, 1
 class Encoder(nn.Module):
     def __init__(self):
         super().__init__()

@@ -7,7 +7,7 @@ import math, torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
-V, D, H, L, B, T, M, NB = 500, 96, 4, 3, 8, 32, 32, 16
+V, D, H, L, B, T, M, NB = 500, 96, 4, 3, 24, 32, 32, 16
 def rel_bucket(rel, num_buckets=NB, max_distance=64):
     # causal: only look back, rel = k - q <= 0
     n = (-rel).clamp(min=0)
@@ -59,11 +59,10 @@ class TransfoXL(nn.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h, mems[i] if mems is not None else None)
             hids.append(h)
-        with torch.no_grad():
-            new_mems = []
-            for i in range(L):
-                c = torch.cat([mems[i], hids[i]], 1) if mems is not None else hids[i]
-                new_mems.append(c[:, -M:].detach())
+        new_mems = []
+        for i in range(L):
+            c = torch.cat([mems[i], hids[i]], 1) if mems is not None else hids[i]
+            new_mems.append(c[:, -M:].detach())
         return self.out(h), new_mems
 g = torch.Generator().manual_seed(1)
 stream = torch.randint(0, V, (B, T * 6 + 1), generator=g)
