@@ -3,11 +3,13 @@
 # over cat([xR, -xR])), tokens argsorted by bucket then position, gathered into sorted order,
 # attention in chunks to themselves and to the previous chunk (reshape, cat), self-attention masked
 # out unless a token is alone, the sort undone by scatter and by argsort-of-argsort, and several
-# hashing rounds combined with softmax weights of their logsumexp.
-import math, torch, torch.nn as nn, torch.nn.functional as F
+# hashing rounds combined with softmax weights of their logsumexp (INPLACE=1: unsorted by scatter_ into
+# fresh buffers).
+import math, os, torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()
 torch.use_deterministic_algorithms(True)
+INPLACE = os.environ.get("INPLACE") == "1"
 V, D, H, L, B, T, NBK, CH, NH = 256, 64, 2, 2, 12, 128, 8, 16, 2
 def look_back(x):
     # x: (..., nchunks, CH, d) -> (..., nchunks, 2*CH, d), each chunk with the previous one
@@ -50,8 +52,14 @@ class LSHAttention(nn.Module):
         so = (p @ bv).reshape(Bx, H, NH, T, self.dh)
         slse = lse.reshape(Bx, H, NH, T)
         # undo the sort: outputs by scatter, logsumexp by gather with argsort-of-argsort
-        out = torch.zeros_like(so).scatter(3, sidx[..., None].expand(-1, -1, -1, -1, self.dh), so)
-        lse_u = slse.gather(3, undo)
+        if INPLACE:  # the same, written into fresh buffers in place
+            out = so.new_zeros(so.shape)
+            out.scatter_(3, sidx[..., None].expand(-1, -1, -1, -1, self.dh), so)
+            lse_u = torch.empty_like(slse)
+            lse_u.scatter_(3, sidx, slse)
+        else:
+            out = torch.zeros_like(so).scatter(3, sidx[..., None].expand(-1, -1, -1, -1, self.dh), so)
+            lse_u = slse.gather(3, undo)
         w = torch.softmax(lse_u, dim=2).unsqueeze(-1)                 # combine hashing rounds
         o = (out * w).sum(2).transpose(1, 2).reshape(Bx, T, D)
         return self.o(o)
