@@ -191,10 +191,7 @@ void Registry::release_dead_locked(c10::SmallVectorImpl<Handle>& work) {
       if (node->stale_readers && node->dead) forget_dead_cycle_locked(node, work);
       continue;
     }
-    for (const Step& step : node->steps) {  // its inputs lose a reader: look at them again
-      for (const Ref& ref : step.rec->refs)
-        if (ref.node != node->handle) work.push_back(ref.node);
-    }
+    node->append_inputs(work);  // its inputs lose a reader: look at them again
     forget_locked(node);
   }
 }
@@ -214,10 +211,7 @@ bool Registry::forget_dead_cycle_locked(Node* node, c10::SmallVectorImpl<Handle>
     return Walk::kInto;
   });
   if (!all_dead) return false;
-  for (Node* member : members)
-    for (const Step& step : member->steps)
-      for (const Ref& ref : step.rec->refs)
-        if (ref.node != member->handle) work.push_back(ref.node);
+  for (Node* member : members) member->append_inputs(work);
   for (Node* member : members) forget_locked(member);
   return true;
 }

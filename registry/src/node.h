@@ -193,6 +193,13 @@ struct Node {
   Node* newer = nullptr;
 
   bool lineage() const { return !steps.empty(); }
+  // Appends the nodes its lineage reads (each Ref's node but its own) to `out`.
+  template <typename Handles>
+  void append_inputs(Handles& out) const {
+    for (const Step& step : steps)
+      for (const Ref& ref : step.rec->refs)
+        if (ref.node != handle) out.push_back(ref.node);
+  }
   // The storage, if it still exists (the program's or the registry's): a strong reference,
   // for changing it.
   c10::intrusive_ptr<c10::StorageImpl> storage() const { return weak.lock(); }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <string>
 
 #include "own_ops.h"
 #include "registry.h"
@@ -315,14 +316,13 @@ void Registry::restore(Lock& lock, Node* node) {
     } catch (const c10::Error& e) {
       // Out of memory stays out of memory: a training loop that catches
       // torch.OutOfMemoryError (to skip a batch, or halve it) must see this one too.
-      const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
-      TORCH_CHECK_WITH(OutOfMemoryError, node->lineage() || !oom,
-                       "pyalloc: cannot bring back a swapped-out tensor (", node->nbytes,
-                       " bytes) and it has no lineage to recompute it from: ",
-                       e.what_without_backtrace());
-      TORCH_CHECK(node->lineage(), "pyalloc: cannot bring back a swapped-out tensor (",
-                  node->nbytes, " bytes) and it has no lineage to recompute it from: ",
-                  e.what_without_backtrace());
+      if (!node->lineage()) {
+        const std::string what = c10::str(
+            "pyalloc: cannot bring back a swapped-out tensor (", node->nbytes,
+            " bytes) and it has no lineage to recompute it from: ", e.what_without_backtrace());
+        TORCH_CHECK_WITH(OutOfMemoryError, !dynamic_cast<const c10::OutOfMemoryError*>(&e), what);
+        TORCH_CHECK(false, what);
+      }
       // Once: under a tight budget a hybrid run may fall back on every step.
       static std::atomic<bool> warned{false};
       if (!warned.exchange(true))

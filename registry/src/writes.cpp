@@ -285,9 +285,7 @@ void Registry::freeze_locked(Node* node) {
   if (!node->dead && node->weak.expired()) mark_dead_locked(node);
   unmark_locked(node);
   node->frozen = true;
-  for (const Step& step : node->steps)  // See Note [Inputs a frozen node no longer reads]
-    for (const Ref& ref : step.rec->refs)
-      if (ref.node != node->handle) unread_.push_back(ref.node);
+  node->append_inputs(unread_);  // See Note [Inputs a frozen node no longer reads]
   const c10::intrusive_ptr<c10::StorageImpl> held = node->held;
   bury_locked(node);  // its lineage goes, releasing its inputs
   node->held = held;

@@ -41,7 +41,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint
 
@@ -401,7 +401,7 @@ def main() -> None:
             assert same_bits(g, w), (k, program)
 
     if args.seed is not None:
-        check = __import__("hypothesis").seed(args.seed)(check)
+        check = seed(args.seed)(check)
     check()
     pyalloc.check_invariants()
     assert evicted[0] > 0, "no program evicted anything"

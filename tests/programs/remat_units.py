@@ -708,23 +708,27 @@ def a_conjugate_view_replays_conjugated() -> None:
     lin = torch.nn.Linear(512, 512)
     w = torch.nn.Parameter(torch.randn(256, dtype=torch.cfloat))
     x = torch.randn(1024, 512)
-    with pyalloc.recompute(min_bytes=0) as reg:
+
+    def made_from_conjugate_views():
         c = torch.view_as_complex(lin(x).view(-1, 256, 2))
-        made = [c.conj() * w,                         # the conjugate bit
+        return [c.conj() * w,                         # the conjugate bit
                 c.conj().imag * w.real,               # the negative bit
                 torch.view_as_complex(lin(x).view(-1, 256, 2)).conj() @ torch.eye(
                     256, dtype=torch.cfloat)]         # a conjugated matmul operand
+
+    def backward(made):
+        sum(t.real.sum() + t.imag.sum() if t.is_complex() else t.sum() for t in made).backward()
+
+    with pyalloc.recompute(min_bytes=0) as reg:
+        made = made_from_conjugate_views()
         want = [t.detach().clone() for t in made]
         assert reg.evict([reg.node_of(t).handle for t in made]) == len(made)
         for t, expected in zip(made, want):
             assert torch.equal(t, expected)
-        sum(t.real.sum() + t.imag.sum() if t.is_complex() else t.sum() for t in made).backward()
+        backward(made)
         grads = (lin.weight.grad.clone(), w.grad.clone())
     lin.weight.grad = w.grad = None
-    c = torch.view_as_complex(lin(x).view(-1, 256, 2))
-    made = [c.conj() * w, c.conj().imag * w.real,
-            torch.view_as_complex(lin(x).view(-1, 256, 2)).conj() @ torch.eye(256, dtype=torch.cfloat)]
-    sum(t.real.sum() + t.imag.sum() if t.is_complex() else t.sum() for t in made).backward()
+    backward(made_from_conjugate_views())            # plain PyTorch's gradients
     assert torch.equal(grads[0], lin.weight.grad) and torch.equal(grads[1], w.grad)
 
 
