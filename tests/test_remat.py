@@ -188,6 +188,21 @@ def test_views_follow_their_storage():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("boxed", [False, True], ids=["unboxed_views", "boxed_views"])
+def test_every_view_of_an_evicted_tensor_restores_it_first(boxed):
+    # Both paths of a view: its own kernel (Note [Views without boxing] in
+    # registry/src/dispatch.cpp) and the fallback, which PYALLOC_BOXED_VIEWS=1 keeps.
+    env = {"PYALLOC_BOXED_VIEWS": "1"} if boxed else None
+    out = run_program("remat_units", "every_view_of_an_evicted_tensor_restores_it_first", env=env)
+    assert out.strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_what_only_dead_lineage_reads_is_let_go_before_out_of_memory():
+    run_unit("remat_units", "what_only_dead_lineage_reads_is_let_go_before_out_of_memory")
+
+
+@pytest.mark.slow
 def test_bad_arguments_name_the_problem():
     run_unit("remat_units", "bad_recompute_arguments_name_the_problem")
     out = run_program("install_bad_options", '{"policy": "swapp"}')

@@ -228,6 +228,7 @@ class Engine {
     bool fenced = false;    // this round's fence rung waited for something
     int compactions = 0;
     bool cleared = false;   // the evict_to_compact rung ran
+    bool tidied = false;    // the evict rung asked the registry to let go of the unused
     int waited_us = 0;
     Block* block = nullptr;  // what the rung that served it found or handed out
   };

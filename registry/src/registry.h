@@ -176,6 +176,11 @@ class Registry {
   // tensor's data] in dispatch.cpp.
   void before_rebind(const at::Tensor& self);
 
+  // A view's source: its node pinned (restored first if evicted), or nullptr where it is
+  // no node. See Note [Views without boxing] in dispatch.cpp.
+  Node* pin_view_source(const at::Tensor& self);
+  void unpin_view_source(Node* node);
+
   // --- the engine's side (evict.cpp) ---
   std::size_t evict(const std::uint64_t* handles, std::size_t count);
   std::size_t movable(std::uintptr_t* out, std::size_t capacity);

@@ -392,6 +392,67 @@ def views_follow_their_storage() -> None:
         assert torch.equal(y[:, 3:9].t(), want)
 
 
+def every_view_of_an_evicted_tensor_restores_it_first() -> None:
+    # Note [Views without boxing]: the views with kernels of their own on the registry's
+    # key pin their source, restored first. `transpose`, `select` and the others that go
+    # through as_strided fail its bounds check on an evicted storage (size 0) otherwise.
+    views = {
+        "view": lambda y: y.view(48, 10), "t": lambda y: y[0].t(),
+        "transpose": lambda y: y.transpose(0, 2), "detach": lambda y: y.detach(),
+        "alias": lambda y: torch.ops.aten.alias(y), "expand": lambda y: y[:, :1].expand(6, 4, 10),
+        "permute": lambda y: y.permute(2, 0, 1), "unsqueeze": lambda y: y.unsqueeze(1),
+        "squeeze": lambda y: y[:, :1].squeeze(), "squeeze_dim": lambda y: y[:, :1].squeeze(1),
+        "select": lambda y: y.select(1, 3), "slice": lambda y: y[2:5],
+        "as_strided": lambda y: y.as_strided((4, 4), (1, 8), 5),
+        "unfold": lambda y: y.unfold(2, 3, 2), "diagonal": lambda y: y.diagonal(0, 1, 2),
+        "split": lambda y: y.split(2)[1], "split_with_sizes": lambda y: y.split([1, 5])[1],
+        "unbind": lambda y: y.unbind(0)[4],
+    }
+    x = torch.randn(6, 8, 10, requires_grad=True)
+    for name, view in views.items():
+        want = view(torch.tanh(x * 2))
+        if want.requires_grad:  # all but detach
+            (want * want).sum().backward()
+        want_grad, x.grad = x.grad, None
+        with pyalloc.recompute(min_bytes=0) as reg:
+            y = torch.tanh(x * 2)
+            assert reg.evict([reg.node_of(y).handle]) == 1 and reg.node_of(y).evicted, name
+            got = view(y)
+            assert not reg.node_of(y).evicted, name
+            assert torch.equal(got, want), name
+            if got.requires_grad:
+                (got * got).sum().backward()
+        assert (x.grad is None and want_grad is None) or torch.equal(x.grad, want_grad), name
+        x.grad = None
+
+
+def what_only_dead_lineage_reads_is_let_go_before_out_of_memory() -> None:
+    # Found by helper D's spiking net (tools/user_programs/spiking_surrogate.py): each
+    # timestep's input needs no grad, so it is no node, and the recorded matmul that reads it
+    # keeps it as it is. After backward the readers are dead, but the registry lets dead
+    # nodes go in batches (its death drain and sweep), and the engine's evict rung, finding
+    # no victim, reported out of memory with 4.8 MiB of such inputs still held (here a 20 MiB
+    # request fails without it). Now the rung
+    # asks the registry to let go of what nothing uses first.
+    import gc
+    engine = pyalloc._engine(None)
+    engine.set_budget(26 << 20)
+    x = torch.rand(64, 784)
+    w = torch.randn(784, 512, requires_grad=True)
+    with pyalloc.recompute():
+        out = 0
+        for t in range(25):
+            inp = (x * (t + 1)).sin()   # 196 KiB, no node
+            out = out + inp @ w
+        out.sum().backward()
+        del out, inp
+        gc.collect()
+        more = torch.ones(20 << 18)     # 20 MiB: fits only once the inputs are let go
+        assert more.sum().item() == 20 << 18
+        del more
+    engine.set_budget(2 << 30)
+
+
 def bad_recompute_arguments_name_the_problem() -> None:
     from pyalloc import registry
 
@@ -776,6 +837,8 @@ if __name__ == "__main__":
           a_backward_that_raises_leaves_no_backward_nodes_behind,
           autograd_grad_results_are_the_programs,
           views_follow_their_storage,
+          every_view_of_an_evicted_tensor_restores_it_first,
+          what_only_dead_lineage_reads_is_let_go_before_out_of_memory,
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,
           settling_a_pass_without_room_is_no_oom_of_the_programs,
