@@ -309,18 +309,25 @@ void Registry::install(Lock& lock, Node* node, const at::Tensor& fresh) {
 
 void Registry::restore(Lock& lock, Node* node) {
   check_interrupt();
-  if (node->clean) {
+  // A copy that fails leaves the host copy intact. Where there is no lineage to recompute
+  // from (what a backward pass makes, under swap and hybrid: Note [Backward nodes]) it is
+  // tried again before the op fails: a transformer under swap with one copy in twenty
+  // refused lost a training step that way, where the next copy went through.
+  constexpr int kSwapInAttempts = 3;
+  for (int attempt = 1; node->clean && node->evicted; ++attempt) {
     try {
       swap_in(lock, node, /*wait=*/true, /*allocated=*/false);
       return;
     } catch (const c10::Error& e) {
+      const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
+      if (!node->lineage() && !oom && attempt < kSwapInAttempts) continue;
       // Out of memory stays out of memory: a training loop that catches
       // torch.OutOfMemoryError (to skip a batch, or halve it) must see this one too.
       if (!node->lineage()) {
         const std::string what = c10::str(
             "pyalloc: cannot bring back a swapped-out tensor (", node->nbytes,
             " bytes) and it has no lineage to recompute it from: ", e.what_without_backtrace());
-        TORCH_CHECK_WITH(OutOfMemoryError, !dynamic_cast<const c10::OutOfMemoryError*>(&e), what);
+        TORCH_CHECK_WITH(OutOfMemoryError, !oom, what);
         TORCH_CHECK(false, what);
       }
       // Once: under a tight budget a hybrid run may fall back on every step.
@@ -328,8 +335,10 @@ void Registry::restore(Lock& lock, Node* node) {
       if (!warned.exchange(true))
         std::fprintf(stderr, "pyalloc: warning: %s; recomputing the tensor instead (shown "
                      "once; later fallbacks are silent)\n", e.what_without_backtrace());
+      break;
     }
   }
+  if (!node->evicted) return;  // another thread restored it meanwhile
   TORCH_CHECK(node->lineage(), "pyalloc: an evicted tensor has no lineage left to recompute it "
                                "from (node ", node->handle, ", ", node->nbytes, " bytes",
               node->frozen ? ", frozen" : "", node->dead ? ", dead" : "",

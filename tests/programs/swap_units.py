@@ -24,8 +24,14 @@ def a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing() -> 
         assert node.frozen
         want = a.detach().clone()
         assert reg.evict([node.handle]) == 1 and node.evicted and node.clean
-        engine.fail_copies(1)
-        # Raised inside an op, through the dispatcher: a RuntimeError naming the cause.
+        # A refused copy is tried again (the host copy is intact): two refusals, and the
+        # third try brings it back.
+        engine.fail_copies(2)
+        assert torch.equal(a + 0, want) and not node.evicted
+        assert reg.evict([node.handle]) == 1 and node.evicted and node.clean
+        engine.fail_copies(3)
+        # Three refusals: raised inside an op, through the dispatcher, a RuntimeError naming
+        # the cause.
         with pytest.raises(RuntimeError, match="no lineage to recompute it from"):
             a + 0
         assert node.evicted       # still out, and its host copy still there
