@@ -203,6 +203,11 @@ def test_what_only_dead_lineage_reads_is_let_go_before_out_of_memory():
 
 
 @pytest.mark.slow
+def test_what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it():
+    run_unit("remat_units", "what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it")
+
+
+@pytest.mark.slow
 def test_bad_arguments_name_the_problem():
     run_unit("remat_units", "bad_recompute_arguments_name_the_problem")
     out = run_program("install_bad_options", '{"policy": "swapp"}')

@@ -222,15 +222,14 @@ struct UnboxedView<Op, Result(const at::Tensor&, Rest...)> {
     const c10::DispatchKeySet below =
         ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRegistryKey);
     Registry& reg = registry();
-    Node* pinned = nullptr;
-    if (reg.active() && below_registry_depth() == 0 && (self.key_set() & kWrapperKeys).empty() &&
-        !self.is_nested())
-      pinned = reg.pin_view_source(self);
     struct Unpin {
       Registry& reg;
-      Node* node;
-      ~Unpin() { if (node) reg.unpin_view_source(node); }
-    } unpin{reg, pinned};
+      NodeList nodes;
+      ~Unpin() { if (!nodes.empty()) reg.unpin_view_source(nodes); }
+    } unpin{reg, {}};
+    if (reg.active() && below_registry_depth() == 0 && (self.key_set() & kWrapperKeys).empty() &&
+        !self.is_nested())
+      reg.pin_view_source(self, &unpin.nodes);
     c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
     BelowRegistry below_registry;
     return Op::redispatch(below, self, std::forward<Rest>(rest)...);
@@ -307,23 +306,31 @@ void Registry::before_rebind(const at::Tensor& self) {
   if (active_.load(std::memory_order_relaxed)) invalidate_leaf_readers(lock, key);
 }
 
-Node* Registry::pin_view_source(const at::Tensor& self) {
-  const c10::StorageImpl* key = storage_of(self);
-  if (!key || self.device().type() != settings_.device_type) return nullptr;
+void Registry::pin_view_source(const at::Tensor& self, NodeList* pinned) {
+  KeyList keys;
+  const auto keep = [&](const at::TensorBase& t) {
+    const c10::StorageImpl* key = storage_of(t);
+    if (key && t.device().type() == settings_.device_type) keys.push_back(key);
+  };
+  if (!for_each_sparse_part(self, keep)) keep(self);  // Note [Sparse arguments]
+  if (keys.empty()) return;
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load(std::memory_order_relaxed)) return nullptr;
+  if (!active_.load(std::memory_order_relaxed)) return;
   ++counters_.ops;
-  Node* node = by_key_locked(key);
-  if (!node) return nullptr;
-  pin_all(lock, {node});
-  return node;
+  NodeList nodes;
+  for (const c10::StorageImpl* key : keys)
+    if (Node* node = by_key_locked(key); node && std::find(nodes.begin(), nodes.end(), node) == nodes.end())
+      nodes.push_back(node);
+  if (nodes.empty()) return;
+  pin_all(lock, nodes);
+  *pinned = nodes;
 }
 
-void Registry::unpin_view_source(Node* node) {
+void Registry::unpin_view_source(const NodeList& nodes) {
   Lock lock(mu_);
   Burial burial(*this, lock);
-  unpin_locked(node);
+  unpin_all_locked(nodes);
 }
 
 void Registry::promote_fills_locked(const OpInfo& info, c10::ArrayRef<c10::IValue> arguments) {
@@ -397,6 +404,14 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
         return;
       }
       c10::StorageImpl* key = storage_of(t);
+      if (!key && for_each_sparse_part(t, [&](const at::Tensor& part) {  // Note [Sparse arguments]
+            c10::StorageImpl* part_key = storage_of(part);
+            if (part_key && part.device().type() == settings_.device_type)
+              read_keys.push_back(part_key);
+          })) {
+        foreign = true;
+        return;
+      }
       if (!key || t.device().type() != settings_.device_type) return;
       if (read_keys.empty()) device = t.device();
       requires_grad = requires_grad || t.requires_grad();

@@ -5,6 +5,8 @@
 // storage's data; restoring puts data back into the same StorageImpl).
 #pragma once
 
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/TensorBase.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -28,6 +30,40 @@ namespace pyalloc::registry {
 // and the per-op path asks this of every argument.
 inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
   return t.defined() ? t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+}
+
+// Note [Sparse arguments]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A sparse tensor has no storage of its own: its indices and values are dense tensors inside
+// it, which its kernels read through the SparseTensorImpl, with no op. Such a values storage
+// can be a node (`nn.Embedding(sparse=True)`'s gradient wraps values made in backward), and
+// when it was evicted the sparse kernel that summed two such gradients read it in place:
+// "this tensor's memory was evicted by the registry". So an op that takes a sparse (COO or
+// compressed) tensor reads its dense parts: they are restored and pinned like any argument,
+// and the op is not recorded (its replay would read them through the sparse tensor again).
+// Calls `f` on `t`'s dense parts; false where `t` is no sparse tensor.
+template <class F>
+bool for_each_sparse_part(const at::TensorBase& t, F&& f) {
+  switch (t.layout()) {
+    case c10::kSparse: {
+      const auto* impl = static_cast<const at::SparseTensorImpl*>(t.unsafeGetTensorImpl());
+      f(impl->indices());
+      f(impl->values());
+      return true;
+    }
+    case c10::kSparseCsr:
+    case c10::kSparseCsc:
+    case c10::kSparseBsr:
+    case c10::kSparseBsc: {
+      const auto* impl = static_cast<const at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+      f(impl->compressed_indices());
+      f(impl->plain_indices());
+      f(impl->values());
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 // Note [Reads of evicted memory]

@@ -176,10 +176,10 @@ class Registry {
   // tensor's data] in dispatch.cpp.
   void before_rebind(const at::Tensor& self);
 
-  // A view's source: its node pinned (restored first if evicted), or nullptr where it is
-  // no node. See Note [Views without boxing] in dispatch.cpp.
-  Node* pin_view_source(const at::Tensor& self);
-  void unpin_view_source(Node* node);
+  // A view's source: its node (or a sparse tensor's parts' nodes) pinned, restored first if
+  // evicted, into *pinned. See Note [Views without boxing] in dispatch.cpp.
+  void pin_view_source(const at::Tensor& self, NodeList* pinned);
+  void unpin_view_source(const NodeList& nodes);
 
   // --- the engine's side (evict.cpp) ---
   std::size_t evict(const std::uint64_t* handles, std::size_t count);

@@ -453,6 +453,34 @@ def what_only_dead_lineage_reads_is_let_go_before_out_of_memory() -> None:
     engine.set_budget(2 << 30)
 
 
+def what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it() -> None:
+    # Note [Sparse arguments]: a node wrapped as a sparse tensor's values, evicted, then read
+    # only through the sparse tensor (found with nn.Embedding(sparse=True) and SparseAdam,
+    # whose gradient's values are made in backward). Kernels reach the values through the
+    # SparseTensorImpl, with no op of their own: without the fix, "this tensor's memory was
+    # evicted by the registry".
+    torch.manual_seed(0)
+    w = torch.randn(64, requires_grad=True)
+    x = torch.randn(48, 64)
+    coo = torch.stack([torch.randint(0, 100, (48,)), torch.randint(0, 32, (48,))])
+    crow, col = torch.arange(0, 49), torch.randint(0, 32, (48,))
+    wrap = {"coo": lambda v: torch.sparse_coo_tensor(coo, v, (100, 32)),
+            "csr": lambda v: torch.sparse_csr_tensor(crow, col, v, (48, 32))}
+    reads = {"coo": [lambda s: (s + s).coalesce()._values(), lambda s: s.t().to_dense()],
+             "csr": [lambda s: s @ torch.ones(32, 3), lambda s: s.to_dense()]}
+    for layout in ("coo", "csr"):
+        for i, read in enumerate(reads[layout]):
+            want = read(wrap[layout](torch.tanh(x @ w).detach()))
+            with pyalloc.recompute(min_bytes=0) as reg:
+                values = torch.tanh(x @ w)
+                node = reg.node_of(values)
+                sparse = wrap[layout](values)
+                del values  # only the sparse tensor holds it now
+                assert reg.evict([node.handle]) == 1 and node.evicted, (layout, i)
+                got = read(sparse)
+                assert torch.equal(got.detach(), want), (layout, i)
+
+
 def bad_recompute_arguments_name_the_problem() -> None:
     from pyalloc import registry
 
@@ -839,6 +867,7 @@ if __name__ == "__main__":
           views_follow_their_storage,
           every_view_of_an_evicted_tensor_restores_it_first,
           what_only_dead_lineage_reads_is_let_go_before_out_of_memory,
+          what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it,
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,
           settling_a_pass_without_room_is_no_oom_of_the_programs,
