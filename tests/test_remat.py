@@ -208,6 +208,11 @@ def test_what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it()
 
 
 @pytest.mark.slow
+def test_a_random_op_replays_inside_a_batched_backward():
+    run_unit("remat_units", "a_random_op_replays_inside_a_batched_backward")
+
+
+@pytest.mark.slow
 def test_bad_arguments_name_the_problem():
     run_unit("remat_units", "bad_recompute_arguments_name_the_problem")
     out = run_program("install_bad_options", '{"policy": "swapp"}')

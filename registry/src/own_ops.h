@@ -50,7 +50,13 @@ class BelowRegistry {
 // taken for the region's next op and given a saved tensor of another size, and the region's
 // own op then found nothing in its place (a wrong-size error, or PyTorch's "invocation index
 // ... not found in storage"). Tensors the registry replays on are never subclasses (an op
-// that takes one is not recorded), so leaving the Python keys out changes no kernel.
+// that takes one is not recorded), so leaving the Python keys out changes no kernel. Nor
+// do vmap's modes apply to it: a backward under the legacy vmap mode
+// (`autograd.grad(..., is_grads_batched=True)`, which `autograd.functional.jacobian(...,
+// vectorize=True)` uses) includes VmapMode, whose kernel for every random op raises "We do
+// not yet support calling random operations inside of vmap": the replay of an evicted
+// dropout mask or `torch.rand` input failed there. A recorded op ran on plain tensors and is
+// replayed on plain tensors, so functorch's layer modes are left out too.
 class OwnOpGuard {
  public:
   OwnOpGuard()
@@ -58,7 +64,10 @@ class OwnOpGuard {
                   c10::autograd_dispatch_keyset_with_ADInplaceOrView |
                   c10::DispatchKeySet({c10::DispatchKey::Python,
                                        c10::DispatchKey::PythonTLSSnapshot,
-                                       c10::DispatchKey::PreDispatch})) {}
+                                       c10::DispatchKey::PreDispatch,
+                                       c10::DispatchKey::VmapMode,
+                                       c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                                       c10::DispatchKey::FuncTorchDynamicLayerBackMode})) {}
 
  private:
   c10::impl::ExcludeDispatchKeyGuard excluded_;

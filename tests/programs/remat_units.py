@@ -481,6 +481,29 @@ def what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it() -> N
                 assert torch.equal(got.detach(), want), (layout, i)
 
 
+def a_random_op_replays_inside_a_batched_backward() -> None:
+    # Note [The registry's own ops]: autograd.grad(is_grads_batched=True) runs backward under
+    # the legacy vmap mode, whose kernel for random ops raises; replaying an evicted dropout
+    # mask there failed with "We do not yet support calling random operations inside of vmap".
+    import torch.nn.functional as F
+    x = torch.randn(8, 16)
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def jacobian_rows(evict: bool) -> torch.Tensor:
+        torch.manual_seed(1)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = F.dropout(torch.tanh(x @ w), 0.5)
+            out = (h * h).sum(1)
+            if evict:
+                assert reg.evict(list(reg.nodes)) > 0
+            (rows,) = torch.autograd.grad(out, w, torch.eye(8), is_grads_batched=True)
+            if evict:
+                assert reg.recomputes > 0
+        return rows
+
+    assert torch.equal(jacobian_rows(False), jacobian_rows(True))
+
+
 def bad_recompute_arguments_name_the_problem() -> None:
     from pyalloc import registry
 
@@ -868,6 +891,7 @@ if __name__ == "__main__":
           every_view_of_an_evicted_tensor_restores_it_first,
           what_only_dead_lineage_reads_is_let_go_before_out_of_memory,
           what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it,
+          a_random_op_replays_inside_a_batched_backward,
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,
           settling_a_pass_without_room_is_no_oom_of_the_programs,
