@@ -361,22 +361,23 @@ Engine::Climbed Engine::rung_evict_locked(Climb& c) {
   // Climb again even if the registry evicts none of them: their owners may have freed
   // them meanwhile. Termination does not depend on it either: each round's victims left
   // the evictable set, so the rounds end when it is empty.
-  std::vector<std::uint64_t> victims = plan_eviction_locked(c.rounded, c.stream, c.kind);
-  if (!victims.empty()) {
-    evict_unlocked(*c.lock, victims);
-    return Climbed::kAgain;
+  // Before anything that lives is chosen: the registry may hold memory nothing uses any
+  // more, tensors that only the lineage of dead nodes still reads, which it lets go in
+  // batches (its death drain and sweep). An empty call asks it to let them go now, once a
+  // request; the request climbs again if that freed something. A spiking net with a
+  // non-grad input to each of 25 timesteps failed a 16 MiB request at 0.7 of its peak with
+  // 4.8 MiB held so and no victim; a DEQ's no_grad solver loop held 12 MiB of dead
+  // iterates while live activations were evicted for room.
+  if (!c.tidied && evict_callback_) {
+    c.tidied = true;
+    const std::int64_t before = pool_.stats().allocated_bytes[kAllPools].current;
+    evict_unlocked(*c.lock, {});
+    if (pool_.stats().allocated_bytes[kAllPools].current < before) return Climbed::kAgain;
   }
-  // No victim, but the registry may hold memory nothing uses any more: tensors that only
-  // the lineage of dead nodes still reads, which it lets go in batches (its death drain and
-  // sweep). An empty call asks it to let them go now, once a request; the request climbs
-  // again only if that freed something. A spiking net with a non-grad input to each of 25
-  // timesteps failed a 16 MiB request at 0.7 of its peak with 4.8 MiB held so.
-  if (c.tidied || !evict_callback_) return Climbed::kPassed;
-  c.tidied = true;
-  const std::int64_t before = pool_.stats().allocated_bytes[kAllPools].current;
+  std::vector<std::uint64_t> victims = plan_eviction_locked(c.rounded, c.stream, c.kind);
+  if (victims.empty()) return Climbed::kPassed;
   evict_unlocked(*c.lock, victims);
-  return pool_.stats().allocated_bytes[kAllPools].current < before ? Climbed::kAgain
-                                                                   : Climbed::kPassed;
+  return Climbed::kAgain;
 }
 
 Engine::Climbed Engine::rung_compact_locked(Climb& c) {
