@@ -9,7 +9,7 @@ out-of-memory error, what the allocated blocks are (node, pins, dead, frozen) an
 ATTRIB=2 every block that is no node; LAYOUT=1 the segments' layout; OPLOG=1 records which
 op made each storage (a Python dispatch mode: slow).
 report() also prints ``allocated peak P end E`` (pyalloc's allocated_bytes.all.peak, and .current
-after gc.collect()). Held-memory audit (held_audit.md): HELD=1 prints the registry's resident nodes
+after gc.collect()). Held-memory audit (docs/results/held_audit_sim_2026-11-27.md): HELD=1 prints the registry's resident nodes
 by state and op, then calls registry.active().collect() and prints what it freed; HELD=2 also every
 allocated block by the op that made it (with OPLOG=1). PEAKLOG=FILE writes the allocated bytes
 after every op (implies OPLOG; PEAKLOG=1: only the blocks at the highest point); PEAKAT=N[,M]
