@@ -286,6 +286,8 @@ class Engine:
             return
 
         def trampoline(_context, handles, count):
+            if count == 0:  # "let go of what nothing uses": a registry's call, none of ours
+                return 0
             try:
                 return int(callback([handles[i] for i in range(count)]))
             except BaseException:  # an exception cannot cross back into C++

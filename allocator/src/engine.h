@@ -137,6 +137,8 @@ class Engine {
   // Called *outside* the engine lock with the handles of the storages to evict; returns
   // how many it evicted (their frees re-enter the engine). A victim it does not evict
   // stays allocated and is not offered again until the registry marks it evictable anew.
+  // Called with count 0 once a request before victims are chosen (rung_evict_locked): the
+  // registry lets go of what only dead lineage holds.
   using EvictCallback = std::size_t (*)(void* context, const std::uint64_t* handles,
                                         std::size_t count);
   void set_evict_callback(EvictCallback callback, void* context);
