@@ -149,7 +149,6 @@ std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
   Burial burial(*this, lock);
   if (!active_.load()) return 0;
   notice_deaths_locked(/*all=*/true);  // the dead go before anything that lives
-  revisit_unread_locked();             // and frozen inputs their dead readers held
   std::size_t done = 0;
   for (std::size_t i = 0; i < count; ++i) {
     Node* node = find_locked(handles[i]);
