@@ -93,8 +93,9 @@ PYALLOC_API int pyalloc_engine_synchronize(pyalloc_engine* engine);
 /* Eviction (allocator/src/evictor.h). The callback runs outside the engine lock with the
  * handles of the storages to evict and returns how many it evicted; their frees re-enter
  * the engine. Once a request, before it chooses victims, the engine calls it with count 0:
- * a registry frees there what nothing uses any more (others return 0). handle 0 marks a block not evictable; cost is what recomputing it costs (any
- * consistent unit, e.g. ns); touch records a use for the staleness term. */
+ * a registry frees there what nothing uses any more (others return 0). handle 0 marks a
+ * block not evictable; cost is what recomputing it costs (any consistent unit, e.g. ns);
+ * touch records a use for the staleness term. */
 typedef size_t (*pyalloc_evict_fn)(void* context, const uint64_t* handles, size_t count);
 PYALLOC_API int pyalloc_engine_set_evict_callback(pyalloc_engine* engine, pyalloc_evict_fn fn,
                                                   void* context);

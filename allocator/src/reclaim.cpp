@@ -358,9 +358,6 @@ Engine::Climbed Engine::rung_evict_locked(Climb& c) {
     return Climbed::kRefused;
   }
   if (c.round >= kMaxEvictRounds) return Climbed::kOutOfMemory;
-  // Climb again even if the registry evicts none of them: their owners may have freed
-  // them meanwhile. Termination does not depend on it either: each round's victims left
-  // the evictable set, so the rounds end when it is empty.
   // Before anything that lives is chosen: the registry may hold memory nothing uses any
   // more, tensors that only the lineage of dead nodes still reads, which it lets go in
   // batches (its death drain and sweep). An empty call asks it to let them go now, once a
@@ -374,6 +371,9 @@ Engine::Climbed Engine::rung_evict_locked(Climb& c) {
     evict_unlocked(*c.lock, {});
     if (pool_.stats().allocated_bytes[kAllPools].current < before) return Climbed::kAgain;
   }
+  // Climb again even if the registry evicts none of them: their owners may have freed
+  // them meanwhile. Termination does not depend on it either: each round's victims left
+  // the evictable set, so the rounds end when it is empty.
   std::vector<std::uint64_t> victims = plan_eviction_locked(c.rounded, c.stream, c.kind);
   if (victims.empty()) return Climbed::kPassed;
   evict_unlocked(*c.lock, victims);

@@ -309,8 +309,7 @@ void Registry::before_rebind(const at::Tensor& self) {
 void Registry::pin_view_source(const at::Tensor& self, NodeList* pinned) {
   KeyList keys;
   const auto keep = [&](const at::TensorBase& t) {
-    const c10::StorageImpl* key = storage_of(t);
-    if (key && t.device().type() == settings_.device_type) keys.push_back(key);
+    if (const c10::StorageImpl* key = managed_storage_of(t)) keys.push_back(key);
   };
   if (!for_each_sparse_part(self, keep)) keep(self);  // Note [Sparse arguments]
   if (keys.empty()) return;
@@ -369,7 +368,6 @@ std::string register_fallback() {
       throw;
     }
     g_library = lib;
-    if (std::getenv("PYALLOC_BOXED_VIEWS") == nullptr) register_views();
   } catch (const c10::Error& e) {
     return std::string("pyalloc: the registry behind policy=\"recompute\", \"swap\" and \"hybrid\" "
                        "runs on the dispatch key DeferredInit, and another library already "
@@ -377,6 +375,13 @@ std::string register_fallback() {
            e.what_without_backtrace() +
            ". Do not load that library in this process, or use policy=\"none\" (the "
            "allocator, stitching and the stats work without the registry).";
+  }
+  // The fallback holds the key: a view that cannot have its own kernel stays with it.
+  if (std::getenv("PYALLOC_BOXED_VIEWS") == nullptr) {
+    try {
+      register_views();
+    } catch (const c10::Error&) {
+    }
   }
   return "";
 }
@@ -405,8 +410,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       }
       c10::StorageImpl* key = storage_of(t);
       if (!key && for_each_sparse_part(t, [&](const at::Tensor& part) {  // Note [Sparse arguments]
-            c10::StorageImpl* part_key = storage_of(part);
-            if (part_key && part.device().type() == settings_.device_type)
+            if (const c10::StorageImpl* part_key = managed_storage_of(part))
               read_keys.push_back(part_key);
           })) {
         foreign = true;

@@ -176,6 +176,13 @@ class Registry {
   // tensor's data] in dispatch.cpp.
   void before_rebind(const at::Tensor& self);
 
+  // `t`'s storage where it is memory of the managed device, else nullptr (settings_ is
+  // written only by start(), before active_ is set: read without the lock).
+  const c10::StorageImpl* managed_storage_of(const at::TensorBase& t) const {
+    const c10::StorageImpl* key = storage_of(t);
+    return key && t.device().type() == settings_.device_type ? key : nullptr;
+  }
+
   // A view's source: its node (or a sparse tensor's parts' nodes) pinned, restored first if
   // evicted, into *pinned. See Note [Views without boxing] in dispatch.cpp.
   void pin_view_source(const at::Tensor& self, NodeList* pinned);
