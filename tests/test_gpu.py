@@ -217,3 +217,28 @@ def test_nvml_figures_appear_in_the_oom_report_and_in_watch(tmp_path):
     pytest.importorskip("pynvml", reason="needs nvidia-ml-py: pip install '.[gpu]'")
     out = run_program("gpu_nvml", tmp_path / "stats.json")
     assert out.rstrip().endswith("ok")
+
+
+# The registry's checks that depend on what the device's kernels read, run on the GPU: views
+# through their own kernels and through the fallback, sparse kernels (cuSPARSE reads a CSR
+# tensor's values with no op of its own), random ops (Philox offsets), vmap's modes in a
+# replay, the lazy conjugate bit, and gradients summed in place on autograd's device thread.
+GPU_REMAT_CHECKS = [
+    "random_ops_replay_bit_for_bit",
+    "readers_of_an_earlier_version_stay_recomputable",
+    "every_view_of_an_evicted_tensor_restores_it_first",
+    "what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it",
+    "a_random_op_replays_inside_a_batched_backward",
+    "a_conjugate_view_replays_conjugated",
+    "gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind",
+]
+
+
+@pytest.mark.parametrize("check", GPU_REMAT_CHECKS)
+def test_registry_checks_on_gpu(check):
+    out = run_program("remat_units", check, "--device", "cuda")
+    assert out.strip().endswith("ok")
+    if check == "every_view_of_an_evicted_tensor_restores_it_first":
+        out = run_program("remat_units", check, "--device", "cuda",
+                          env={"PYALLOC_BOXED_VIEWS": "1"})
+        assert out.strip().endswith("ok")
