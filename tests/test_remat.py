@@ -142,6 +142,12 @@ def test_a_conjugate_view_replays_conjugated():
     run_unit("remat_units", "a_conjugate_view_replays_conjugated")
 
 
+def test_a_mask_made_from_the_batch_is_let_go_when_its_layer_returns():
+    # See Note [What plain inputs derive] in registry/src/dispatch.cpp. Before: the four
+    # layers' masks were held until the end of backward.
+    run_unit("remat_units", "a_mask_made_from_the_batch_is_let_go_when_its_layer_returns")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

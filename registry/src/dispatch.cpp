@@ -156,6 +156,24 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // per-op path costs nothing more there. Not under inference mode, whose tensors the
 // program does not keep for backward.
 
+// Note [What plain inputs derive]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With grad mode on, an op that reads nothing that requires grad made no activation by the
+// forward rule, yet what it makes is often read by one: an attention mask built per layer
+// from the batch's padding (`torch.where(mask, 0, -inf)`, as Hugging Face's models do), an
+// adversarial bound `x - eps`, an input normalised or flipped. The op that read it then
+// held it as a leaf, strongly, for as long as its own lineage lived: a 2 MiB mask per layer
+// kept to the end of backward, which plain PyTorch frees when the layer returns (the held-
+// memory audit's cause B: Hugging Face's BERT under gradient checkpointing held 12 MiB more
+// than plain PyTorch). So such an op, outside backward and not under inference mode, is
+// recorded like a forward op: what it makes is a node, held weakly, which dies when the
+// program drops it and is rebuilt from what it read if a replay needs it; the fills it
+// reads become nodes first (Note [Fills a write makes activations]). Only where its
+// result weighs at least what it reads that is no node (record_creation_locked): a node
+// keeps what it read alive for as long as its lineage lives, and a result lighter than that
+// would hold more than it frees. An op that writes, views, or reads something that
+// requires grad follows its own rule; grad mode off is Note [What no_grad derives].
+
 // Note [What a recorded op writes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An op that makes an activation may also write arguments that are no node: batch norm's
@@ -400,6 +418,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // before active_ is set, so it may be read here without the lock).
   KeyList read_keys;
   bool requires_grad = false, foreign = false;
+  std::size_t largest_read = 0;  // bytes of the largest storage read
   c10::Device device(settings_.device_type);
   for (const c10::IValue& v : arguments) {
     for_each_tensor(v, [&](const at::Tensor& t) {
@@ -419,6 +438,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       if (!key || t.device().type() != settings_.device_type) return;
       if (read_keys.empty()) device = t.device();
       requires_grad = requires_grad || t.requires_grad();
+      largest_read = std::max(largest_read, key->nbytes());
       read_keys.push_back(key);
     });
   }
@@ -444,6 +464,13 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
   // [Backward nodes] in backward.cpp.
   const bool bare = !foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only;
+  // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
+  // Note [What plain inputs derive]. (An output is at most eight times its largest input
+  // per element here, so smaller inputs cannot make a storage of min_bytes.)
+  const bool derives_plain = !foreign && grad_mode && !requires_grad && task == -1 &&
+                             !info.fill && !info.aliases_only && info.written.empty() &&
+                             largest_read * 8 >= settings_.min_bytes &&
+                             !c10::InferenceMode::is_enabled();
 
   // Outlives the lock: its recording is let go outside it (Note [Releasing outside the
   // lock] in registry.h).
@@ -479,7 +506,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
   // A fill this op reads or writes becomes a node first when the op may make an activation
   // (Note [Fills a write makes activations]).
-  if (!fills_.empty() && grad_mode && task == -1 && requires_grad && !foreign)
+  if (!fills_.empty() && grad_mode && task == -1 && (requires_grad || derives_plain) && !foreign)
     promote_fills_locked(info, arguments);
   NodeList used;
   for (const c10::StorageImpl* key : read_keys) {
@@ -488,7 +515,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // Most ops of a step read no registered storage, write nothing and make no activation
   // (backward's, the optimizer's on tensors nothing recorded read): nothing to do.
-  if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills && !bare) {
+  if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills && !bare &&
+      !derives_plain) {
     lock.unlock();
     return pass_through(op, ks, stack);
   }
@@ -544,7 +572,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool writes_node = !targets.empty();
   // See Note [What no_grad derives].
   const bool derives = !grad_mode && task == -1 && !used.empty() && !c10::InferenceMode::is_enabled();
-  const bool creates = replayable && !writes_node && (may_create || derives) && !info.aliases_only;
+  const bool creates =
+      replayable && !writes_node && (may_create || derives || derives_plain) && !info.aliases_only;
   bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
   for (const c10::StorageImpl* key : written_keys)  // what else it writes first
@@ -558,6 +587,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     pending.emplace();
     pending->task = task;
     pending->grad_mode = grad_mode;
+    pending->plain = derives_plain && !may_create;
     prepare_locked(op, info, arguments, &*pending);
     if (info.random) {
       at::Generator generator = generator_of(arguments, device);

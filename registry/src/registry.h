@@ -277,6 +277,7 @@ class Registry {
     double flops_per_output = 0;  // per element of the first result (the "model" cost)
     std::int64_t task = -1;       // the autograd graph task it runs in (-1: none)
     bool grad_mode = false;       // at::GradMode when it ran
+    bool plain = false;           // reads nothing that requires grad (Note [What plain inputs derive])
   };
   void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                       c10::ArrayRef<c10::IValue> args, Pending* pending);

@@ -22,7 +22,8 @@ def main() -> None:
         a = x * 2
         for _ in range(257):  # past a forward chain's 256 steps; no lineage: only a swap could evict it, and the pool is 1 MiB
             a.add_(1)
-        want = a.detach().clone()
+        with torch.inference_mode():  # a copy that is no node (else it could leave instead)
+            want = a.detach().clone()
         s = pyalloc.memory_stats()
         engine.set_budget(int(s["reserved_bytes.all.current"]))
         # More than the cached free bytes: it fits only if `a` goes.

@@ -79,7 +79,8 @@ def what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit()
         with pyalloc.recompute(min_bytes=0) as reg:
             a = x * 2
             a.mul_(w)                   # extends a's chain; saves a at version 0
-            b = plain.clone()           # not a node: its write cannot be followed
+            with torch.no_grad():       # not a node (Note [What no_grad derives]):
+                b = plain.clone()       # its write cannot be followed
             b.mul_(w)
             saved = reg.node_of(a.grad_fn._saved_self)
             not_saved = reg.node_of(b.grad_fn._saved_self)
@@ -876,6 +877,60 @@ def a_buffer_assembled_step_by_step_in_forward_stays_recomputable() -> None:
         reg.check_invariants()
 
 
+def a_mask_made_from_the_batch_is_let_go_when_its_layer_returns() -> None:
+    # Note [What plain inputs derive]: a mask built per layer from the batch's padding reads
+    # nothing that requires grad. Before, the op that read it held it as a leaf for as long
+    # as the lineage after it lived (to the end of backward); plain PyTorch frees it when
+    # the layer returns. Now it is a node, let go with the layer and rebuilt from the padding
+    # when a replay needs it.
+    torch.manual_seed(0)
+    B, S, D, L = 8, 64, 32, 4
+    lins = [torch.nn.Linear(D, D) for _ in range(L)]
+    lens = torch.randint(S // 2, S + 1, (B,))
+    padding = (torch.arange(S)[None, :] < lens[:, None])[:, None, :].expand(B, S, S).contiguous()
+    x = torch.randn(B, S, D, requires_grad=True)
+    mask_bytes = B * S * S * 4
+
+    def allocated() -> int:
+        return pyalloc.memory_stats()["allocated_bytes.all.current"]
+
+    def forward():
+        h = x
+        for lin in lins:
+            mask = torch.where(padding, 0.0, -1e9)    # (B, S, S) float, per layer
+            s = h @ h.transpose(1, 2) + mask          # the add saves nothing: s and mask die
+            h = lin(s.softmax(-1) @ h)
+        return h.square().mean()
+
+    def grads():
+        return [x.grad.clone()] + [p.grad.clone() for lin in lins for p in lin.parameters()]
+
+    def zero():
+        x.grad = None
+        for lin in lins:
+            lin.zero_grad(set_to_none=True)
+
+    start = allocated()
+    loss = forward()
+    plain_held = allocated() - start
+    loss.backward()
+    want = grads()
+    del loss
+    zero()
+    with pyalloc.recompute(min_bytes=0) as reg:
+        start = allocated()
+        loss = forward()
+        held = allocated() - start
+        assert held < plain_held + mask_bytes, (held, plain_held)   # before: + all 4 masks
+        assert reg.evict(list(reg.nodes)) > 0
+        loss.backward()
+        assert reg.recomputes > 0
+        replays = reg.replays_by_op()
+        assert any(op.startswith("aten::where") for op in replays), replays  # masks rebuilt
+    got = grads()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -904,4 +959,5 @@ if __name__ == "__main__":
           a_parameter_freed_and_gathered_again_keeps_what_was_made_from_it,
           a_storage_frozen_while_read_is_let_go_once_nothing_reads_it,
           a_conjugate_view_replays_conjugated,
-          a_buffer_assembled_step_by_step_in_forward_stays_recomputable])
+          a_buffer_assembled_step_by_step_in_forward_stays_recomputable,
+          a_mask_made_from_the_batch_is_let_go_when_its_layer_returns])
