@@ -29,7 +29,8 @@ def main() -> None:
         for _ in range(257):  # past a forward chain's 256 steps; a chain too long to replay: recompute cannot evict it
             a.add_(1)
         view = a[100:200].t()
-        want, want_view = a.detach().clone(), view.detach().clone()
+        with torch.inference_mode():  # copies that are no nodes (else they could leave instead)
+            want, want_view = a.detach().clone(), view.detach().clone()
         s = pyalloc.memory_stats()
         engine.set_budget(int(s["reserved_bytes.all.current"]))
         # More than the cached free bytes: it fits only if `a` leaves its place.
