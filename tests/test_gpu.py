@@ -222,7 +222,8 @@ def test_nvml_figures_appear_in_the_oom_report_and_in_watch(tmp_path):
 # The registry's checks that depend on what the device's kernels read, run on the GPU: views
 # through their own kernels and through the fallback, sparse kernels (cuSPARSE reads a CSR
 # tensor's values with no op of its own), random ops (Philox offsets), vmap's modes in a
-# replay, the lazy conjugate bit, and gradients summed in place on autograd's device thread.
+# replay, the lazy conjugate bit, gradients summed in place on autograd's device thread, and
+# a mask derived from the batch let go with its layer (Note [What plain inputs derive]).
 GPU_REMAT_CHECKS = [
     "random_ops_replay_bit_for_bit",
     "readers_of_an_earlier_version_stay_recomputable",
@@ -231,6 +232,7 @@ GPU_REMAT_CHECKS = [
     "a_random_op_replays_inside_a_batched_backward",
     "a_conjugate_view_replays_conjugated",
     "gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind",
+    "a_mask_made_from_the_batch_is_let_go_when_its_layer_returns",
 ]
 
 
