@@ -148,6 +148,11 @@ def test_a_mask_made_from_the_batch_is_let_go_when_its_layer_returns():
     run_unit("remat_units", "a_mask_made_from_the_batch_is_let_go_when_its_layer_returns")
 
 
+def test_a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it():
+    # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
+    run_unit("remat_units", "a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

@@ -222,6 +222,7 @@ struct Node {
   bool arriving = false;          // resident, but the swap-in may still be in flight
   bool prefetched = false;        // brought back ahead of use, not used yet
   bool bwd_seen = false;          // backward has used it this iteration
+  std::uint64_t iteration = 0;    // Registry::iterations_ when it was made
   std::int64_t ordinal = -1;      // creation index within the iteration (forward only)
   std::int64_t last_use_ns = 0;   // host clock of its last forward use (hybrid)
   std::int64_t waited_ns = 0;     // the engine's blocked time at that use

@@ -356,6 +356,7 @@ Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step
   }
   node->cost = cost;
   node->backward = backward;
+  node->iteration = iterations_;
   by_key_[node->key] = node;
   if (can_swap_ && !in_backward_) {
     node->ordinal = ordinal_++;

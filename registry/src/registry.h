@@ -343,6 +343,8 @@ class Registry {
   // dead ones) are frozen instead of rebuilding it, and the dead chain goes. False, and
   // nothing changed, when one of them is evicted. See Note [Writes under dead readers].
   bool freeze_dependents_locked(Lock& lock, Node* dead);
+  // Note [Lineage that outlives its iteration] (backward.cpp).
+  void settle_old_lineage_locked(Lock& lock);
   // What `dead` feeds, through dead readers (walked into) to the live ones (not beyond),
   // `settling_` passed over: the live nodes, resident and evicted, the dead ones on the
   // way, and whether one of those is pinned (being replayed: not walked into).
@@ -481,6 +483,7 @@ class Registry {
   std::atomic<bool> active_{false};
   std::atomic<bool> interrupt_{false};  // See interrupt()
   std::uint64_t generation_ = 0;                // guarded by mu_; bumped by start()
+  std::uint64_t iterations_ = 0;                // backward passes ended (outermost); mu_
   pyalloc_engine* engine_ = nullptr;            // guarded by mu_
   Settings settings_;                           // guarded by mu_
   bool can_swap_ = false;                       // policy swap or hybrid

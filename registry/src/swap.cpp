@@ -197,6 +197,7 @@ void Registry::backward_use_locked(Node* node) {
 // The last backward pass ended: what it learned is next iteration's guide.
 void Registry::end_iteration_locked() {
   in_backward_ = false;
+  ++iterations_;
   if (!order_cur_.empty()) {
     order_prev_.swap(order_cur_);
     order_cur_.clear();
