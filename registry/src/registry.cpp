@@ -312,13 +312,13 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
     fresh.push_back(i);
   }
   if (fresh.empty()) return;
-  // A result that weighs less than the plain tensors its op read would keep more alive than
-  // it frees (Note [What plain inputs derive] in dispatch.cpp).
+  // A result that weighs less than twice the plain tensors its op read could keep more alive
+  // than it frees (Note [What plain inputs derive] in dispatch.cpp).
   if (pending.plain) {
     std::size_t made = 0, read = 0;
     for (std::uint32_t i : fresh) made += storage_of(*results[i])->nbytes();
     for (const c10::StorageImpl* key : pending.leaves) read += key->nbytes();
-    if (read > made) return;
+    if (2 * read > made) return;
   }
   Recording& rec = *pending.rec;
   rec.cost = cost_locked(pending, results, elapsed_ns);
