@@ -173,8 +173,9 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // node keeps what it read alive for as long as its lineage lives, and where the program
 // drops those inputs and keeps the result, a result as light as them doubled what plain
 // PyTorch holds (TorchScript LSTM cells' stacked outputs: +10 MiB at the peak and +6 MiB
-// kept at the end of the run, with "at least what it reads"). An op that writes, views, or reads something that
-// requires grad follows its own rule; grad mode off is Note [What no_grad derives].
+// kept at the end of the run, with "at least what it reads"). An op that writes, views,
+// or reads something that requires grad follows its own rule; grad mode off is Note [What
+// no_grad derives].
 
 // Note [What a recorded op writes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -589,7 +590,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     pending.emplace();
     pending->task = task;
     pending->grad_mode = grad_mode;
-    pending->plain = derives_plain && !may_create;
+    pending->plain = derives_plain;
     prepare_locked(op, info, arguments, &*pending);
     if (info.random) {
       at::Generator generator = generator_of(arguments, device);
