@@ -153,6 +153,11 @@ def test_a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it():
     run_unit("remat_units", "a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it")
 
 
+def test_a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees():
+    # See Note [Lineage that holds more than it can free] in registry/src/backward.cpp.
+    run_unit("remat_units", "a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

@@ -75,6 +75,8 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "own_ops.h"
 #include "registry.h"
@@ -145,6 +147,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     // The enclosing pass adopts what survives; what only the dead read goes now.
     for (Handle h : survivors) backward_nodes_.emplace_back(outer, h);
     release_dead_locked(dead);
+    settle_costly_lineage_locked(lock);
     return;
   }
   for (Handle& h : survivors) {
@@ -190,6 +193,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   }
   revisit_unread_locked();  // what frozen survivors read: Note [Inputs a frozen node no longer reads]
   if (open_tasks_.empty()) settle_old_lineage_locked(lock);
+  settle_costly_lineage_locked(lock);
 }
 
 // Note [Lineage that outlives its iteration]
@@ -224,6 +228,152 @@ void Registry::settle_old_lineage_locked(Lock& lock) {
     } catch (const c10::Error&) {
     }
   }
+}
+
+// Note [Lineage that holds more than it can free]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Lineage is worth keeping for what it lets the engine free: a live node's bytes. What it
+// costs is usually nothing on the device (a dead node's own storage is gone), but a dead
+// node's recording can be the last thing keeping a tensor argument the program dropped, and
+// a frozen input whose readers are all dead is held for them alone. A reversible network
+// shows it at its worst (tools/user_programs/revnet_free.py: a custom Function whose
+// backward reconstructs its inputs, runs backward passes of its own inside the outer one
+// and hands the gradient on): the gradient flowing from block to block is a node whose
+// lineage runs back through every block's backward so far, keeping each block's restored
+// outputs (frozen) and summed gradients (arguments no one else holds), 6 MiB a block for a
+// 2 MiB gradient, until the outer pass ends: 28 MiB over plain PyTorch's 37 MiB peak, and
+// out of memory under recompute at that peak. So when a pass ends (a pass inside a pass
+// too, where its survivors are handed on), each dead node that such bytes sit behind
+// charges them to the live nodes made from it; a live node charged more than it weighs is
+// frozen (it can still be swapped), and the dead chains whose every dependent is frozen go
+// with what they held. A node with an evicted dependent is left alone (freezing it would
+// mean rebuilding it). Each storage counts once per settling; a tensor two recordings
+// share counts for neither, which errs towards keeping lineage. Nothing is charged where
+// nothing but lineage-only bytes under min_bytes sit, the common case, so models whose
+// recordings hold only what the program holds too are unaffected.
+namespace {
+
+// Whether the references counted in `target`'s use_count include one its own PyObject holds
+// while nothing in Python holds that object (a tensor or storage the program dropped in
+// Python, kept by PyTorch's PyObject preservation). Only torches whose PyObject holds a
+// counted reference (those with incref_pyobject) have one; in older ones a preserved
+// PyObject holds none, and the count is the C++ references alone.
+template <typename T, typename = void>
+struct HasUniquePyobjQuery : std::false_type {};
+template <typename T>
+struct HasUniquePyobjQuery<T, std::void_t<decltype(std::declval<const T&>().incref_pyobject()),
+                                          decltype(std::declval<const T&>().pyobj_slot()->has_unique_reference())>>
+    : std::true_type {};
+
+template <typename T>
+std::size_t python_side_refs(const T& target) {
+  if constexpr (HasUniquePyobjQuery<T>::value) {
+    return target.pyobj_slot()->has_unique_reference() ? 1 : 0;
+  } else {
+    return 0;
+  }
+}
+
+}  // namespace
+
+std::size_t Registry::bytes_only_lineage_holds_locked(
+    const Node* dead, const ska::flat_hash_map<const void*, std::size_t>& occurrences,
+    ska::flat_hash_set<const void*>& counted) {
+  std::size_t bytes = 0;
+  auto argument = [&](const c10::IValue& value) {
+    if (!value.isTensor()) return;
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined() || !t.has_storage() || t.device() != dead->device) return;
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    if (s->nbytes() < settings_.min_bytes || counted.count(s) != 0) return;
+    // Every reference to the tensor is a dead recording's, and the tensor is the storage's
+    // only one (its own PyObject, unheld in Python, aside).
+    auto found = occurrences.find(impl);
+    const std::size_t recorded = found == occurrences.end() ? 0 : found->second;
+    const std::size_t tensor_refs = t.use_count() - python_side_refs(*impl);
+    const std::size_t storage_refs =
+        c10::raw::intrusive_ptr::use_count(const_cast<c10::StorageImpl*>(s)) - python_side_refs(*s);
+    if (tensor_refs == recorded && storage_refs == 1 && counted.insert(s).second)
+      bytes += s->nbytes();
+  };
+  for (const Step& step : dead->steps) {
+    const Recording& rec = *step.rec;
+    for (const c10::IValue& value : rec.args) {
+      if (value.isTensorList()) {
+        for (const c10::IValue& element : value.toListRef()) argument(element);
+      } else {
+        argument(value);
+      }
+    }
+    for (const Ref& ref : rec.refs) {
+      const Node* input = nodes_.find(ref.node);
+      if (!input || input == dead || !input->frozen || !input->held ||
+          counted.count(input->held.get()) != 0)
+        continue;
+      // Held for its readers alone: no live one, and nothing but `held` (and its own
+      // PyObject, unheld in Python) references the storage.
+      const c10::StorageImpl* s = input->held.get();
+      if (input->weak.use_count() - python_side_refs(*s) > 1) continue;
+      const bool live_reader = std::any_of(input->readers.begin(), input->readers.end(), [&](Handle r) {
+        const Node* reader = nodes_.find(r);
+        return reader && reader->lineage() && !reader->dead && !reader->weak.expired();
+      });
+      if (!live_reader && counted.insert(s).second) bytes += input->nbytes;
+    }
+  }
+  return bytes;
+}
+
+void Registry::settle_costly_lineage_locked(Lock& lock) {
+  // How often each tensor argument appears in dead nodes' recordings (each recording once:
+  // the outputs of one op share it).
+  ska::flat_hash_map<const void*, std::size_t> occurrences;
+  {
+    ska::flat_hash_set<const Recording*> seen;
+    auto note = [&](const c10::IValue& value) {
+      if (value.isTensor() && value.toTensor().defined())
+        ++occurrences[value.toTensor().unsafeGetTensorImpl()];
+    };
+    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+      if (!node->lineage() || !(node->dead || node->weak.expired())) continue;
+      for (const Step& step : node->steps) {
+        if (!seen.insert(step.rec.get()).second) continue;
+        for (const c10::IValue& value : step.rec->args) {
+          if (value.isTensorList()) {
+            for (const c10::IValue& element : value.toListRef()) note(element);
+          } else {
+            note(value);
+          }
+        }
+      }
+    }
+  }
+  ska::flat_hash_set<const void*> counted;
+  ska::flat_hash_map<Handle, std::size_t> charged;  // live node -> lineage-only bytes behind it
+  c10::SmallVector<Handle, 16> dead;
+  for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+    if (node->pins || !node->lineage() || !(node->dead || node->weak.expired())) continue;
+    const std::size_t bytes = bytes_only_lineage_holds_locked(node, occurrences, counted);
+    if (bytes < settings_.min_bytes) continue;
+    Dependents found = dependents_locked(node);
+    if (found.replaying || !found.evicted.empty() || found.live.empty()) continue;
+    for (Handle h : found.live) charged[h] += bytes;
+    dead.push_back(node->handle);
+    dead.append(found.dead.begin(), found.dead.end());
+  }
+  if (dead.empty()) return;
+  for (const auto& [handle, bytes] : charged) {
+    Node* node = find_locked(handle);
+    if (!node || node->frozen || node->pins || node->evicted || bytes <= node->nbytes) continue;
+    try {
+      TentativeScope tentative;  // settling its readers may replay: no OOM of the program's
+      freeze_now(lock, node);
+    } catch (const c10::Error&) {
+    }
+  }
+  release_dead_locked(dead);  // the chains no live node needs now, and what they held
+  revisit_unread_locked();
 }
 
 }  // namespace pyalloc::registry

@@ -345,6 +345,15 @@ class Registry {
   bool freeze_dependents_locked(Lock& lock, Node* dead);
   // Note [Lineage that outlives its iteration] (backward.cpp).
   void settle_old_lineage_locked(Lock& lock);
+  // Note [Lineage that holds more than it can free] (backward.cpp).
+  void settle_costly_lineage_locked(Lock& lock);
+  // The bytes on the device that only `dead`'s recordings keep: tensor arguments nothing
+  // else references, and frozen inputs held for readers that are all dead. Each storage
+  // is counted once per call of settle_costly_lineage_locked (`counted`).
+  // `occurrences`: how often each tensor argument appears in dead nodes' recordings.
+  std::size_t bytes_only_lineage_holds_locked(
+      const Node* dead, const ska::flat_hash_map<const void*, std::size_t>& occurrences,
+      ska::flat_hash_set<const void*>& counted);
   // What `dead` feeds, through dead readers (walked into) to the live ones (not beyond),
   // `settling_` passed over: the live nodes, resident and evicted, the dead ones on the
   // way, and whether one of those is pinned (being replayed: not walked into).

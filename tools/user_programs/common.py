@@ -13,7 +13,8 @@ after gc.collect()). Held-memory audit (docs/results/held_audit_sim_2026-11-27.m
 by state and op, then calls registry.active().collect() and prints what it freed; HELD=2 also every
 allocated block by the op that made it (with OPLOG=1). PEAKLOG=FILE writes the allocated bytes
 after every op (implies OPLOG; PEAKLOG=1: only the blocks at the highest point); PEAKAT=N[,M]
-dumps the allocated blocks at op N to stderr (PEAKAT_COLLECT=1: then what collect() frees there).
+dumps the allocated blocks at op N to stderr (PEAKAT_COLLECT=1: then what collect() frees there;
+PEAKAT_NODES=1: every registry node there, counted by op and state).
 """
 import hashlib, sys, torch
 def setup():
@@ -168,6 +169,14 @@ def _op_log():
                     print("PEAKAT op", len(_series), func, "allocated", cur, file=sys.stderr)
                     bn = _bynode()
                     for a, sz in sorted(_live_blocks().items()): print(f"atblock {a:#x} {sz} {_made.get(a, 'unknown origin')} | {bn.get(a, 'not a node')}", file=sys.stderr)
+                    if os.environ.get("PEAKAT_NODES"):  # every node by op and state (dead, marked, ...)
+                        from collections import Counter
+                        from pyalloc import registry
+                        c = Counter()
+                        for h, n in registry.active().nodes.items():
+                            i = n._info()
+                            c[(i.op.decode() or "-", *(f for f in ("dead", "evicted", "frozen", "fixed", "marked") if getattr(i, f)), f"readers{i.readers}")] += 1
+                        for k, v in sorted(c.items(), key=lambda kv: -kv[1]): print("atnodes", v, *k, file=sys.stderr)
                     if os.environ.get("PEAKAT_COLLECT"):  # what collect() lets go of here: dead lineage
                         from pyalloc import registry
                         before = _live_blocks(); registry.active().collect(); after = _live_blocks()
