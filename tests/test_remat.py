@@ -158,6 +158,11 @@ def test_a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees():
     run_unit("remat_units", "a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees")
 
 
+def test_what_a_dead_nodes_recording_kept_goes_with_its_death():
+    # See Note [Deaths worth a drain] in registry/src/liveness.cpp.
+    run_unit("remat_units", "what_a_dead_nodes_recording_kept_goes_with_its_death")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

@@ -1060,6 +1060,42 @@ def a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees() -> None:
     assert peak <= plain_peak + 2 * block, (peak, plain_peak, block)
 
 
+def what_a_dead_nodes_recording_kept_goes_with_its_death() -> None:
+    # Note [Deaths worth a drain] (registry/src/liveness.cpp): a no_grad solver loop that
+    # mixes an activation into each iterate (deep equilibrium models) records `relu(tmp + xi)`
+    # with `tmp`, no node, kept by the recording. The node and `tmp` die the next iteration;
+    # the recording went only with a batch of 16 deaths, so eight iterations' `tmp`s stayed.
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(32, 32, 3, padding=1)
+    x = torch.randn(32, 32, 16, 16)
+    tmp_bytes = x.numel() * 4
+
+    def allocated() -> int:
+        return pyalloc.memory_stats()["allocated_bytes.all.current"]
+
+    def solve(policy: bool):
+        with pyalloc.recompute() if policy else contextlib.nullcontext():
+            xi = conv(x)                              # an activation: a node
+            base, over = allocated(), []
+            with torch.no_grad():
+                hist = torch.zeros(32, 4, 32 * 16 * 16)
+                z = torch.zeros(32, 32, 16, 16)
+                for k in range(20):
+                    tmp = z + conv(z)                 # reads no node: no node
+                    out = torch.relu(tmp + xi)        # reads xi: recorded, keeping `tmp`
+                    del tmp
+                    hist[:, k % 4] = out.reshape(32, -1)
+                    z = hist[:, k % 4].view(32, 32, 16, 16)
+                    del out
+                    over.append(allocated() - base)
+            return z.clone(), max(over)
+
+    want, plain = solve(policy=False)
+    got, held = solve(policy=True)
+    assert torch.equal(got, want)
+    assert held <= plain + tmp_bytes, (held, plain, tmp_bytes)   # before: 8 more `tmp`s
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1091,4 +1127,5 @@ if __name__ == "__main__":
           a_buffer_assembled_step_by_step_in_forward_stays_recomputable,
           a_mask_made_from_the_batch_is_let_go_when_its_layer_returns,
           a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it,
-          a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees])
+          a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees,
+          what_a_dead_nodes_recording_kept_goes_with_its_death])
