@@ -420,9 +420,15 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // The storages the op reads on the managed device (settings_ is written only by start(),
   // before active_ is set, so it may be read here without the lock).
   KeyList read_keys;
-  bool requires_grad = false, foreign = false;
+  KeyList sparse_parts;  // the dense parts of sparse arguments (Note [Sparse arguments])
+  bool requires_grad = false, foreign = false, sparse = false;
   std::size_t largest_read = 0;  // bytes of the largest storage read
   c10::Device device(settings_.device_type);
+  const auto read = [&](const at::TensorBase& t, const c10::StorageImpl* key) {
+    if (read_keys.empty()) device = t.device();
+    largest_read = std::max(largest_read, key->nbytes());
+    read_keys.push_back(key);
+  };
   for (const c10::IValue& v : arguments) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // a Python number
@@ -431,49 +437,34 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
         return;
       }
       c10::StorageImpl* key = storage_of(t);
-      if (!key && for_each_sparse_part(t, [&](const at::Tensor& part) {  // Note [Sparse arguments]
-            if (const c10::StorageImpl* part_key = managed_storage_of(part))
-              read_keys.push_back(part_key);
+      if (!key && for_each_sparse_part(t, [&](const at::Tensor& part) {
+            if (const c10::StorageImpl* part_key = managed_storage_of(part)) {
+              read(part, part_key);
+              sparse_parts.push_back(part_key);
+            }
           })) {
-        foreign = true;
+        sparse = true;
+        requires_grad = requires_grad || t.requires_grad();
         return;
       }
       if (!key || t.device().type() != settings_.device_type) return;
-      if (read_keys.empty()) device = t.device();
       requires_grad = requires_grad || t.requires_grad();
-      largest_read = std::max(largest_read, key->nbytes());
-      read_keys.push_back(key);
+      read(t, key);
     });
   }
   // A fill to remember (Note [Fills a write makes activations]) reads nothing, or nothing
   // but shapes. (info.fill first: every other op pays one load.)
-  const bool fills = info.fill && !foreign && at::GradMode::is_enabled() &&
+  const bool fills = info.fill && !foreign && !sparse && at::GradMode::is_enabled() &&
                      torch::autograd::get_current_graph_task_id() == -1 &&
                      !c10::InferenceMode::is_enabled();
   // A fill inside a backward pass is a backward node from the start (Note [Fills in
   // backward]).
-  const bool backward_fill = info.fill && !foreign && !can_swap_ && !at::GradMode::is_enabled() &&
+  const bool backward_fill = info.fill && !foreign && !sparse && !can_swap_ &&
+                             !at::GradMode::is_enabled() &&
                              torch::autograd::get_current_graph_task_id() != -1;
   if (read_keys.empty() && !fills && !backward_fill) return pass_through(op, ks, stack);
-  // Whether the op may make an activation (what else decides is looked at below). One that
-  // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
-  // could not be trusted), but what it reads of the plain kind is still restored and
-  // pinned: the subclass's own ops run below the registry and would read it as it is.
-  // Inside a backward pass with grad mode off every op may, under recompute: See Note
-  // [Backward nodes].
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
   const bool grad_mode = at::GradMode::is_enabled();
-  const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
-  // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
-  // [Backward nodes] in backward.cpp.
-  const bool bare = !foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only;
-  // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
-  // Note [What plain inputs derive]. (An output is at most eight times its largest input
-  // per element here, so smaller inputs cannot make a storage of min_bytes.)
-  const bool derives_plain = !foreign && grad_mode && !requires_grad && task == -1 &&
-                             !info.fill && !info.aliases_only && info.written.empty() &&
-                             largest_read * 8 >= settings_.min_bytes &&
-                             !c10::InferenceMode::is_enabled();
 
   // Outlives the lock: its recording is let go outside it (Note [Releasing outside the
   // lock] in registry.h).
@@ -507,6 +498,29 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   notice_deaths_locked(/*all=*/false);
   revisit_unread_locked();
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
+  // A sparse argument with a part that is a node makes the op foreign (Note [Sparse
+  // arguments]); a part that is a remembered fill stays a leaf.
+  for (const c10::StorageImpl* key : sparse_parts) {
+    if (by_key_locked(key)) foreign = true;
+    else if (!fills_.empty()) forget_fill_locked(key);
+  }
+  // Whether the op may make an activation (what else decides is looked at below). One that
+  // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
+  // could not be trusted), but what it reads of the plain kind is still restored and
+  // pinned: the subclass's own ops run below the registry and would read it as it is.
+  // Inside a backward pass with grad mode off every op may, under recompute: See Note
+  // [Backward nodes].
+  const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
+  // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
+  // [Backward nodes] in backward.cpp.
+  const bool bare = !foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only;
+  // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
+  // Note [What plain inputs derive]. (An output is at most eight times its largest input
+  // per element here, so smaller inputs cannot make a storage of min_bytes.)
+  const bool derives_plain = !foreign && grad_mode && !requires_grad && task == -1 &&
+                             !info.fill && !info.aliases_only && info.written.empty() &&
+                             largest_read * 8 >= settings_.min_bytes &&
+                             !c10::InferenceMode::is_enabled();
   // A fill this op reads or writes becomes a node first when the op may make an activation
   // (Note [Fills a write makes activations]).
   if (!fills_.empty() && grad_mode && task == -1 && (requires_grad || derives_plain) && !foreign)
@@ -551,20 +565,23 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   for (std::uint16_t pos : info.written) {
     if (pos >= info.num_arguments) continue;
     for_each_tensor((*stack)[first + pos], [&](const at::Tensor& t) {
-      c10::StorageImpl* key = storage_of(t);
-      if (!key || std::find(written_keys.begin(), written_keys.end(), key) != written_keys.end())
-        return;
-      written_keys.push_back(key);
-      Node* node = by_key_locked(key);
-      if (!node && !fills_.empty()) forget_fill_locked(key);  // its contents are not the fill's now
-      if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
-        targets.push_back(node);
-      // A node the program made a parameter (`stack(...).detach().requires_grad_()`, as
-      // torch.func's stack_module_state does), written by its optimizer: its chain would
-      // follow the optimizer's steps while the op that made it reads the member parameters
-      // the program later writes back, and a replay then failed its version check. A
-      // parameter is no activation: its first write freezes it.
-      if (node && t.is_leaf() && t.requires_grad()) parameter_written = true;
+      const auto write = [&](const at::TensorBase& part) {
+        c10::StorageImpl* key = storage_of(part);
+        if (!key || std::find(written_keys.begin(), written_keys.end(), key) != written_keys.end())
+          return;
+        written_keys.push_back(key);
+        Node* node = by_key_locked(key);
+        if (!node && !fills_.empty()) forget_fill_locked(key);  // its contents are not the fill's now
+        if (node && std::find(targets.begin(), targets.end(), node) == targets.end())
+          targets.push_back(node);
+        // A node the program made a parameter (`stack(...).detach().requires_grad_()`, as
+        // torch.func's stack_module_state does), written by its optimizer: its chain would
+        // follow the optimizer's steps while the op that made it reads the member parameters
+        // the program later writes back, and a replay then failed its version check. A
+        // parameter is no activation: its first write freezes it.
+        if (node && t.is_leaf() && t.requires_grad()) parameter_written = true;
+      };
+      if (!for_each_sparse_part(t, write)) write(t);  // Note [Sparse arguments]
     });
   }
   // 3. What it makes from tensors that require grad is an activation: recorded, unless

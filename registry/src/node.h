@@ -35,12 +35,25 @@ inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
 // Note [Sparse arguments]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // A sparse tensor has no storage of its own: its indices and values are dense tensors inside
-// it, which its kernels read through the SparseTensorImpl, with no op. Such a values storage
-// can be a node (`nn.Embedding(sparse=True)`'s gradient wraps values made in backward), and
-// when it was evicted the sparse kernel that summed two such gradients read it in place:
-// "this tensor's memory was evicted by the registry". So an op that takes a sparse (COO or
-// compressed) tensor reads its dense parts: they are restored and pinned like any argument,
-// and the op is not recorded (its replay would read them through the sparse tensor again).
+// it, which its kernels read through the SparseTensorImpl, with no op. So an op that takes a
+// sparse (COO or compressed) tensor reads its dense parts, and an op that writes one writes
+// them: they are restored and pinned like any argument, and a write settles what was
+// recorded from them (run_op).
+// Where a part is a node (`nn.Embedding(sparse=True)`'s gradient wraps values made in
+// backward), the op is not recorded: its replay would read that part through the sparse
+// tensor, and nothing would restore it first (when it was evicted, the sparse kernel that
+// summed two such gradients read it in place: "this tensor's memory was evicted by the
+// registry"). Where no part is a node (a graph's adjacency), the sparse tensor is a plain
+// argument: the op is recorded, its parts are the recording's leaves, and it keeps them in a
+// sparse tensor of its own (detached_sparse_alias), so a part the program's tensor replaces
+// later (sparse add_) stays the one the op read. Not recorded, the op made no node: the
+// product of `torch.sparse.mm(adj, lin(x))` was a plain tensor, and `+ bias` after it, which
+// saves nothing, held it as a leaf for as long as its own lineage lived, where plain
+// PyTorch frees it when the layer returns. But lineage holds the parts as long as it lives,
+// where the sparse tensor may be a temporary (`adj.t()` in sparse.mm's backward): as with
+// Note [What plain inputs derive] in dispatch.cpp, a result is recorded only where it weighs
+// at least twice the parts (record_creation_locked). A remembered fill that is a part is
+// forgotten: a recording holds it as a leaf, never as a node.
 // Calls `f` on `t`'s dense parts; false where `t` is no sparse tensor.
 template <class F>
 bool for_each_sparse_part(const at::TensorBase& t, F&& f) {

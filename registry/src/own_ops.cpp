@@ -28,6 +28,14 @@ at::Tensor detached_alias(const at::Tensor& t) {
   return alias;
 }
 
+at::Tensor detached_sparse_alias(const at::Tensor& t) {
+  // With Python excluded, a sparse TensorImpl copies itself; otherwise it asks a Python
+  // mode's (or subclass's) detach, which dispatches.
+  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
+  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+      c10::VariableVersion(/*version=*/0), /*allow_tensor_metadata_change=*/false));
+}
+
 EvictableScope::EvictableScope(bool on) {
   if (on) was_ = engine_api::api().set_thread_evictable(1);
 }

@@ -114,6 +114,11 @@ at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::S
 // it holds its mutex, where nothing may dispatch.
 at::Tensor detached_alias(const at::Tensor& t);
 
+// The same for a sparse tensor: a sparse tensor of its own on the same parts (their
+// tensors, not copies), without autograd history. A part the program's sparse tensor
+// later replaces stays this one's. See Note [Sparse arguments] in node.h.
+at::Tensor detached_sparse_alias(const at::Tensor& t);
+
 // Copies the first `nbytes` of `src` into `dst` on the current stream (an op, so run it
 // unlocked and under OwnOpGuard).
 void copy_bytes(const c10::intrusive_ptr<c10::StorageImpl>& dst,

@@ -212,7 +212,17 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
   // detached alias, so lineage never keeps a graph alive.
   auto convert = [&](const at::Tensor& t, std::uint16_t arg, std::int32_t element) -> c10::IValue {
     const c10::StorageImpl* key = storage_of(t);
-    if (!key) return t;
+    if (!key) {
+      // A sparse tensor no part of which is a node (Note [Sparse arguments]).
+      const bool sparse = for_each_sparse_part(t, [&](const at::Tensor& part) {
+        if (const c10::StorageImpl* part_key = storage_of(part)) {
+          in_bytes += static_cast<double>(part.numel() * part.element_size());
+          pending->sparse_bytes += part_key->nbytes();
+          leaves->push_back(part_key);
+        }
+      });
+      return sparse ? detached_sparse_alias(t) : t;
+    }
     in_bytes += static_cast<double>(t.numel() * t.element_size());
     if (element < 0) {
       if (std::optional<c10::Scalar> number = wrapped_number(t)) {
@@ -320,11 +330,14 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   if (fresh.empty()) return;
   // A result that weighs less than twice the plain tensors its op read could keep more alive
   // than it frees (Note [What plain inputs derive] in dispatch.cpp).
-  if (pending.plain) {
+  // So does one that weighs less than twice the parts of the sparse tensors it read (Note
+  // [Sparse arguments] in node.h).
+  if (pending.plain || pending.sparse_bytes > 0) {
     std::size_t made = 0, read = 0;
     for (std::uint32_t i : fresh) made += storage_of(*results[i])->nbytes();
-    for (const c10::StorageImpl* key : pending.leaves) read += key->nbytes();
-    if (2 * read > made) return;
+    if (pending.plain)
+      for (const c10::StorageImpl* key : pending.leaves) read += key->nbytes();
+    if (2 * std::max(read, pending.sparse_bytes) > made) return;
   }
   Recording& rec = *pending.rec;
   rec.cost = cost_locked(pending, results, elapsed_ns);

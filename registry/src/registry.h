@@ -278,6 +278,7 @@ class Registry {
     std::int64_t task = -1;       // the autograd graph task it runs in (-1: none)
     bool grad_mode = false;       // at::GradMode when it ran
     bool plain = false;           // reads nothing that requires grad (Note [What plain inputs derive])
+    std::size_t sparse_bytes = 0; // the parts of its sparse arguments (Note [Sparse arguments])
     // Bytes of the tensors it keeps as they are (no node, no parameter) of min_bytes or
     // more: what its recording may end up the last holder of (Note [Deaths worth a drain]).
     std::size_t droppable_bytes = 0;

@@ -486,6 +486,72 @@ def what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it() -> N
                 assert torch.equal(got.detach(), want), (layout, i)
 
 
+def a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold() -> None:
+    # Note [Sparse arguments]: a graph convolution, torch.sparse.mm(adj, lin(h)) + bias, with
+    # an adjacency no part of which is a node. Before, an op that took a sparse tensor was
+    # never recorded: the product was a plain tensor, and `+ bias`, which saves nothing, held
+    # it as a leaf until the end of backward, where plain PyTorch frees it when the layer
+    # returns (a GCN held two such products more at its peak than with no policy). Now the
+    # product is a node, let go with its layer and rebuilt from adj when a replay needs it;
+    # a write to adj in place settles it first.
+    torch.manual_seed(0)
+    N, D, L = 2048, 64, 3
+    i = torch.randint(0, N, (2, 4 * N))
+    adj = torch.sparse_coo_tensor(i, torch.rand(4 * N), (N, N)).coalesce()
+    lins = [torch.nn.Linear(D, D, bias=False) for _ in range(L)]
+    biases = [torch.zeros(D, requires_grad=True) for _ in range(L)]
+    x = torch.randn(N, D)
+    product_bytes = N * D * 4
+
+    def allocated() -> int:
+        return pyalloc.memory_stats()["allocated_bytes.all.current"]
+
+    def forward():
+        h = x
+        for lin, b in zip(lins, biases):
+            h = torch.relu(torch.sparse.mm(adj, lin(h)) + b)
+        return h.square().mean()
+
+    def grads():
+        return [p.grad.clone() for lin in lins for p in lin.parameters()] + [b.grad.clone() for b in biases]
+
+    def zero():
+        for lin, b in zip(lins, biases):
+            lin.zero_grad(set_to_none=True)
+            b.grad = None
+
+    start = allocated()
+    loss = forward()
+    plain_held = allocated() - start
+    loss.backward()
+    want = grads()
+    del loss
+    zero()
+    with pyalloc.recompute(min_bytes=0) as reg:
+        start = allocated()
+        loss = forward()
+        held = allocated() - start
+        assert held < plain_held + product_bytes, (held, plain_held)  # before: + all 3 products
+        assert reg.evict(list(reg.nodes)) > 0
+        loss.backward()
+        assert reg.recomputes > 0
+        del loss
+        # What was made from adj keeps adj's contents as read when adj is written in place,
+        # its values (mul_) or the parts themselves (a sparse add_ replaces them).
+        for write in (lambda: adj.mul_(2), lambda: adj.add_(adj)):
+            a = lins[0](x)
+            product = torch.sparse.mm(adj, a)
+            node = reg.node_of(product)
+            assert node is not None and node.chain > 0, "the product is no node with lineage"
+            expected = product.detach().clone()
+            assert reg.evict([node.handle]) == 1
+            with torch.no_grad():
+                write()
+            assert torch.equal(product.detach(), expected)
+    got = grads()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def a_random_op_replays_inside_a_batched_backward() -> None:
     # Note [The registry's own ops]: autograd.grad(is_grads_batched=True) runs backward under
     # the legacy vmap mode, whose kernel for random ops raises; replaying an evicted dropout
@@ -1113,6 +1179,7 @@ if __name__ == "__main__":
           every_view_of_an_evicted_tensor_restores_it_first,
           what_only_dead_lineage_reads_is_let_go_before_out_of_memory,
           what_a_sparse_tensor_wraps_comes_back_before_a_sparse_kernel_reads_it,
+          a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold,
           a_random_op_replays_inside_a_batched_backward,
           bad_recompute_arguments_name_the_problem,
           modifying_a_saved_tensor_in_place_is_still_an_error,

@@ -158,7 +158,7 @@ def _op_log():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > 0:
+                if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.untyped_storage().nbytes() > 0:
                     try: _made[t.untyped_storage().data_ptr()] = (str(func), tuple(t.shape), torch.is_grad_enabled())
                     except Exception: pass
             if _peak[1] is not None:  # PEAKLOG: the blocks at the highest allocation after an op
