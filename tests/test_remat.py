@@ -163,6 +163,11 @@ def test_what_a_dead_nodes_recording_kept_goes_with_its_death():
     run_unit("remat_units", "what_a_dead_nodes_recording_kept_goes_with_its_death")
 
 
+def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
+    # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
+    run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")
+
+
 def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     # See Note [How long a chain may grow] in registry/src/registry.cpp.
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")

@@ -210,6 +210,21 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
 // is not worth a replay through every iteration before it), and the dead chain goes with
 // what it held. One with an evicted dependent is left for a later iteration, when that
 // dependent has come back.
+//
+// So is one with a dependent that a live node's recording reads. "Iteration" here counts
+// outermost backward passes, and a training step can run several: autograd.grad with
+// retain_graph or create_graph before the loss's backward (a PINN's derivatives, a
+// saliency from activations' gradients). Two passes into the step, its own forward's dead
+// nodes (a layer's pre-activation) counted as two iterations old, and their live
+// dependents, activations the retained graph still saved, were frozen. A frozen node that
+// recorded ops read is held by the registry for them (freeze_locked: nothing could rebuild
+// it), however soon the program lets it go: a max-pool's input, read by the pooled map the
+// program kept (tools/user_programs/grad_taps.py: +5 MiB at the end of the run over no
+// policy), and a PINN's tanh activations, read by its derivatives' graph, outlasted the
+// last backward's release of them (pinn_burgers.py: +7.3 MiB at the peak, 0.8 before).
+// Left unfrozen, such a dependent dies when the program and autograd drop it, as with no
+// registry; what a copy kept across iterations is read by comes later (the next
+// iteration's forward), and by then its readers of this one are dead.
 void Registry::settle_old_lineage_locked(Lock& lock) {
   if (iterations_ < 2) return;
   c10::SmallVector<Handle, 16> old;
@@ -221,13 +236,27 @@ void Registry::settle_old_lineage_locked(Lock& lock) {
     Node* node = find_locked(h);
     if (!node || node->frozen || node->pins) continue;
     if (!node->dead) mark_dead_locked(node);
-    if (!has_readers_locked(node)) continue;
+    if (!has_readers_locked(node) || feeds_read_dependent_locked(node)) continue;
     try {
       TentativeScope tentative;  // no room for a restore here is no OOM of the program's
       freeze_dependents_locked(lock, node);
     } catch (const c10::Error&) {
     }
   }
+}
+
+// Whether a live node made from `dead` is read by a live node's recording: freezing it
+// would hold it for that reader. See Note [Lineage that outlives its iteration].
+bool Registry::feeds_read_dependent_locked(const Node* dead) {
+  for (Handle h : dependents_locked(dead).live) {
+    const Node* node = find_locked(h);
+    if (!node) continue;
+    for (Handle r : node->readers) {
+      const Node* reader = find_locked(r);
+      if (reader && reader->lineage() && !reader->dead && !reader->weak.expired()) return true;
+    }
+  }
+  return false;
 }
 
 // Note [Lineage that holds more than it can free]

@@ -349,6 +349,7 @@ class Registry {
   bool freeze_dependents_locked(Lock& lock, Node* dead);
   // Note [Lineage that outlives its iteration] (backward.cpp).
   void settle_old_lineage_locked(Lock& lock);
+  bool feeds_read_dependent_locked(const Node* dead);
   // Note [Lineage that holds more than it can free] (backward.cpp).
   void settle_costly_lineage_locked(Lock& lock);
   // The bytes on the device that only `dead`'s recordings keep: tensor arguments nothing
