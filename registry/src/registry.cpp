@@ -61,7 +61,6 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   settings_ = settings;
   can_swap_ = settings.policy != Policy::kRecompute;
   can_relocate_ = can_swap_ || settings.relocate;
-  refresh_budget_locked();
   copy_bw_ = 0;
   nodes_.clear();
   by_key_.clear();
@@ -346,17 +345,13 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   // See Note [Dead inputs cost their readers].
   const bool backward = pending.task != -1;
   double inherited = 0;
-  double inherited_bytes = 0;
   if (backward)
     for (const Node* input : pending.inputs)
-      if (input->backward && input->lineage()) {
-        inherited += input->cost;
-        inherited_bytes += static_cast<double>(input->nbytes) + input->dead_bytes;
-      }
+      if (input->backward && input->lineage()) inherited += input->cost;
   for (std::uint32_t i : fresh) {
     Node* node = make_node_locked(results[i]->unsafeGetTensorImpl()->unsafe_storage(),
                                   Step{pending.rec, i}, rec.cost + inherited, pending.task,
-                                  pending.inputs, pending.leaves, inherited_bytes);
+                                  pending.inputs, pending.leaves);
     if (pending.droppable_bytes >= settings_.min_bytes) watch_death_locked(node);
   }
 }
@@ -373,8 +368,7 @@ bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& r
 
 Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step> step,
                                  double cost, std::int64_t task, c10::ArrayRef<Node*> inputs,
-                                 c10::ArrayRef<const c10::StorageImpl*> leaves,
-                                 double dead_bytes) {
+                                 c10::ArrayRef<const c10::StorageImpl*> leaves) {
   const bool backward = task != -1;
   Node* node = nodes_.create(storage);
   if (step) {
@@ -383,7 +377,6 @@ Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step
     node->frozen = true;  // no lineage: it can leave only as a host copy
   }
   node->cost = cost;
-  node->dead_bytes = dead_bytes;
   node->backward = backward;
   node->iteration = iterations_;
   by_key_[node->key] = node;
