@@ -250,13 +250,16 @@ void Registry::settle_old_lineage_locked(Lock& lock) {
 bool Registry::feeds_read_dependent_locked(const Node* dead) {
   for (Handle h : dependents_locked(dead).live) {
     const Node* node = find_locked(h);
-    if (!node) continue;
-    for (Handle r : node->readers) {
-      const Node* reader = find_locked(r);
-      if (reader && reader->lineage() && !reader->dead && !reader->weak.expired()) return true;
-    }
+    if (node && has_live_reader_locked(node)) return true;
   }
   return false;
+}
+
+bool Registry::has_live_reader_locked(const Node* node) {
+  return std::any_of(node->readers.begin(), node->readers.end(), [&](Handle r) {
+    const Node* reader = find_locked(r);
+    return reader && reader->lineage() && !reader->dead && !reader->weak.expired();
+  });
 }
 
 // Note [Lineage that holds more than it can free]
@@ -294,6 +297,19 @@ struct HasUniquePyobjQuery<T, std::void_t<decltype(std::declval<const T&>().incr
                                           decltype(std::declval<const T&>().pyobj_slot()->has_unique_reference())>>
     : std::true_type {};
 
+// Calls `f` on each argument of `rec` that is a tensor or an element of a tensor list, as
+// the IValue the recording holds (no copy of the tensor: use counts stay as they are).
+template <typename F>
+void for_each_recorded_tensor(const Recording& rec, F&& f) {
+  for (const c10::IValue& value : rec.args) {
+    if (value.isTensorList()) {
+      for (const c10::IValue& element : value.toListRef()) f(element);
+    } else if (value.isTensor()) {
+      f(value);
+    }
+  }
+}
+
 template <typename T>
 std::size_t python_side_refs(const T& target) {
   if constexpr (HasUniquePyobjQuery<T>::value) {
@@ -310,7 +326,6 @@ std::size_t Registry::bytes_only_lineage_holds_locked(
     ska::flat_hash_set<const void*>& counted) {
   std::size_t bytes = 0;
   auto argument = [&](const c10::IValue& value) {
-    if (!value.isTensor()) return;
     const at::Tensor& t = value.toTensor();
     if (!t.defined() || !t.has_storage() || t.device() != dead->device) return;
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -328,13 +343,7 @@ std::size_t Registry::bytes_only_lineage_holds_locked(
   };
   for (const Step& step : dead->steps) {
     const Recording& rec = *step.rec;
-    for (const c10::IValue& value : rec.args) {
-      if (value.isTensorList()) {
-        for (const c10::IValue& element : value.toListRef()) argument(element);
-      } else {
-        argument(value);
-      }
-    }
+    for_each_recorded_tensor(rec, argument);
     for (const Ref& ref : rec.refs) {
       const Node* input = nodes_.find(ref.node);
       if (!input || input == dead || !input->frozen || !input->held ||
@@ -344,11 +353,7 @@ std::size_t Registry::bytes_only_lineage_holds_locked(
       // PyObject, unheld in Python) references the storage.
       const c10::StorageImpl* s = input->held.get();
       if (input->weak.use_count() - python_side_refs(*s) > 1) continue;
-      const bool live_reader = std::any_of(input->readers.begin(), input->readers.end(), [&](Handle r) {
-        const Node* reader = nodes_.find(r);
-        return reader && reader->lineage() && !reader->dead && !reader->weak.expired();
-      });
-      if (!live_reader && counted.insert(s).second) bytes += input->nbytes;
+      if (!has_live_reader_locked(input) && counted.insert(s).second) bytes += input->nbytes;
     }
   }
   return bytes;
@@ -361,21 +366,12 @@ void Registry::settle_costly_lineage_locked(Lock& lock) {
   {
     ska::flat_hash_set<const Recording*> seen;
     auto note = [&](const c10::IValue& value) {
-      if (value.isTensor() && value.toTensor().defined())
-        ++occurrences[value.toTensor().unsafeGetTensorImpl()];
+      if (value.toTensor().defined()) ++occurrences[value.toTensor().unsafeGetTensorImpl()];
     };
     for (const Node* node = nodes_.oldest(); node; node = node->newer) {
       if (!node->lineage() || !(node->dead || node->weak.expired())) continue;
-      for (const Step& step : node->steps) {
-        if (!seen.insert(step.rec.get()).second) continue;
-        for (const c10::IValue& value : step.rec->args) {
-          if (value.isTensorList()) {
-            for (const c10::IValue& element : value.toListRef()) note(element);
-          } else {
-            note(value);
-          }
-        }
-      }
+      for (const Step& step : node->steps)
+        if (seen.insert(step.rec.get()).second) for_each_recorded_tensor(*step.rec, note);
     }
   }
   ska::flat_hash_set<const void*> counted;

@@ -347,6 +347,8 @@ class Registry {
   // Note [Lineage that outlives its iteration] (backward.cpp).
   void settle_old_lineage_locked(Lock& lock);
   bool feeds_read_dependent_locked(const Node* dead);
+  // Whether a recorded op that is neither dead nor dying read `node`.
+  bool has_live_reader_locked(const Node* node);
   // Note [Lineage that holds more than it can free] (backward.cpp).
   void settle_costly_lineage_locked(Lock& lock);
   // The bytes on the device that only `dead`'s recordings keep: tensor arguments nothing

@@ -149,6 +149,37 @@ def what_no_grad_derives_from_an_activation_is_a_node_and_comes_back_bit_for_bit
     assert torch.equal(want, got) and torch.equal(want_z, got_z)
 
 
+def _allocated() -> int:
+    return pyalloc.memory_stats()["allocated_bytes.all.current"]
+
+
+def _forward_held_then_replayed(forward, grads, zero, slack: int, then=None) -> None:
+    """Trains `forward` once with no policy and once under recompute (min_bytes=0): its
+    forward holds less under the policy than with none plus `slack`, backward after every
+    node is evicted recomputes, and the gradients match. `then(reg)` runs under the policy
+    after backward."""
+    start = _allocated()
+    loss = forward()
+    plain_held = _allocated() - start
+    loss.backward()
+    want = grads()
+    del loss
+    zero()
+    with pyalloc.recompute(min_bytes=0) as reg:
+        start = _allocated()
+        loss = forward()
+        held = _allocated() - start
+        assert held < plain_held + slack, (held, plain_held)
+        assert reg.evict(list(reg.nodes)) > 0
+        loss.backward()
+        assert reg.recomputes > 0
+        del loss
+        if then is not None:
+            then(reg)
+    got = grads()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def _chain_after_evicting_everything(reg, t: torch.Tensor, evict: bool) -> int:
     """The chain of ``t``'s node (0: no node); with ``evict``, every node is evicted first,
     ``t``'s among them, and ``t`` must read back bit for bit."""
@@ -504,9 +535,6 @@ def a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold() -> No
     x = torch.randn(N, D)
     product_bytes = N * D * 4
 
-    def allocated() -> int:
-        return pyalloc.memory_stats()["allocated_bytes.all.current"]
-
     def forward():
         h = x
         for lin, b in zip(lins, biases):
@@ -521,22 +549,7 @@ def a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold() -> No
             lin.zero_grad(set_to_none=True)
             b.grad = None
 
-    start = allocated()
-    loss = forward()
-    plain_held = allocated() - start
-    loss.backward()
-    want = grads()
-    del loss
-    zero()
-    with pyalloc.recompute(min_bytes=0) as reg:
-        start = allocated()
-        loss = forward()
-        held = allocated() - start
-        assert held < plain_held + product_bytes, (held, plain_held)  # before: + all 3 products
-        assert reg.evict(list(reg.nodes)) > 0
-        loss.backward()
-        assert reg.recomputes > 0
-        del loss
+    def writes_to_adj(reg) -> None:
         # What was made from adj keeps adj's contents as read when adj is written in place,
         # its values (mul_) or the parts themselves (a sparse add_ replaces them).
         for write in (lambda: adj.mul_(2), lambda: adj.add_(adj)):
@@ -549,8 +562,9 @@ def a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold() -> No
             with torch.no_grad():
                 write()
             assert torch.equal(product.detach(), expected)
-    got = grads()
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+    # Before: the forward held all 3 products more than plain PyTorch.
+    _forward_held_then_replayed(forward, grads, zero, product_bytes, then=writes_to_adj)
 
 
 def a_random_op_replays_inside_a_batched_backward() -> None:
@@ -960,9 +974,6 @@ def a_mask_made_from_the_batch_is_let_go_when_its_layer_returns() -> None:
     x = torch.randn(B, S, D, requires_grad=True)
     mask_bytes = B * S * S * 4
 
-    def allocated() -> int:
-        return pyalloc.memory_stats()["allocated_bytes.all.current"]
-
     def forward():
         h = x
         for lin in lins:
@@ -979,25 +990,12 @@ def a_mask_made_from_the_batch_is_let_go_when_its_layer_returns() -> None:
         for lin in lins:
             lin.zero_grad(set_to_none=True)
 
-    start = allocated()
-    loss = forward()
-    plain_held = allocated() - start
-    loss.backward()
-    want = grads()
-    del loss
-    zero()
-    with pyalloc.recompute(min_bytes=0) as reg:
-        start = allocated()
-        loss = forward()
-        held = allocated() - start
-        assert held < plain_held + mask_bytes, (held, plain_held)   # before: + all 4 masks
-        assert reg.evict(list(reg.nodes)) > 0
-        loss.backward()
-        assert reg.recomputes > 0
+    def masks_rebuilt(reg) -> None:
         replays = reg.replays_by_op()
-        assert any(op.startswith("aten::where") for op in replays), replays  # masks rebuilt
-    got = grads()
-    assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert any(op.startswith("aten::where") for op in replays), replays
+
+    # Before: the forward held all 4 masks more than plain PyTorch.
+    _forward_held_then_replayed(forward, grads, zero, mask_bytes, then=masks_rebuilt)
 
 
 def a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it() -> None:
@@ -1009,9 +1007,6 @@ def a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it() -> None
     torch.manual_seed(0)
     lin = torch.nn.Linear(512, 512)
     batches = [torch.randn(256, 512) for _ in range(12)]
-
-    def allocated() -> int:
-        return pyalloc.memory_stats()["allocated_bytes.all.current"]
 
     def train(grad_mode: bool, policy: bool):
         running = torch.zeros(256, 512)
@@ -1025,7 +1020,7 @@ def a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it() -> None
                     running = running * 0.9 + h.detach() * 0.1
                 h.sum().backward()
                 del x, h
-                held.append(allocated())
+                held.append(_allocated())
             if policy:
                 reg.collect()  # the deaths not drained yet
             nodes = len(reg.nodes) if policy else 0
@@ -1138,13 +1133,10 @@ def what_a_dead_nodes_recording_kept_goes_with_its_death() -> None:
     x = torch.randn(32, 32, 16, 16)
     tmp_bytes = x.numel() * 4
 
-    def allocated() -> int:
-        return pyalloc.memory_stats()["allocated_bytes.all.current"]
-
     def solve(policy: bool):
         with pyalloc.recompute() if policy else contextlib.nullcontext():
             xi = conv(x)                              # an activation: a node
-            base, over = allocated(), []
+            base, over = _allocated(), []
             with torch.no_grad():
                 hist = torch.zeros(32, 4, 32 * 16 * 16)
                 z = torch.zeros(32, 32, 16, 16)
@@ -1155,7 +1147,7 @@ def what_a_dead_nodes_recording_kept_goes_with_its_death() -> None:
                     hist[:, k % 4] = out.reshape(32, -1)
                     z = hist[:, k % 4].view(32, 32, 16, 16)
                     del out
-                    over.append(allocated() - base)
+                    over.append(_allocated() - base)
             return z.clone(), max(over)
 
     want, plain = solve(policy=False)
