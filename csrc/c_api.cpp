@@ -390,6 +390,12 @@ int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t han
   return fail(engine->set_evictable(ptr, handle, cost));
 }
 
+int pyalloc_engine_set_last_resort_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
+                                             double cost) {
+  PYALLOC_CHECK_ENGINE(engine);
+  return fail(engine->set_evictable(ptr, handle, cost, /*last_resort=*/true));
+}
+
 int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine, pyalloc_movable_fn movable,
                                          pyalloc_relocate_fn relocate, void* context) {
   PYALLOC_CHECK_ENGINE(engine);

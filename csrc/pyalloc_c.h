@@ -110,6 +110,10 @@ PYALLOC_API int pyalloc_engine_set_oom_callback(pyalloc_engine* engine, pyalloc_
 PYALLOC_API int pyalloc_set_installed_oom_callback(pyalloc_oom_fn fn, void* context);
 PYALLOC_API int pyalloc_engine_set_evictable(pyalloc_engine* engine, void* ptr, uint64_t handle,
                                              double cost);
+/* As set_evictable, but only the last rung may choose the block, once every other way to
+ * serve a request failed (Note [Last-resort victims] in allocator/src/block.h). */
+PYALLOC_API int pyalloc_engine_set_last_resort_evictable(pyalloc_engine* engine, void* ptr,
+                                                         uint64_t handle, double cost);
 PYALLOC_API int pyalloc_engine_touch(pyalloc_engine* engine, void* ptr);
 /* Handles of blocks their owner freed while still marked evictable (a storage the registry
  * tracks died), oldest first: takes up to `capacity` into out and returns how many;

@@ -64,6 +64,8 @@ _SIGNATURES = {
     "pyalloc_engine_synchronize": (_c.c_int, [_engine_p]),
     "pyalloc_engine_set_evict_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
     "pyalloc_engine_set_evictable": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_uint64, _c.c_double]),
+    "pyalloc_engine_set_last_resort_evictable": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_uint64,
+                                                            _c.c_double]),
     "pyalloc_engine_set_oom_callback": (_c.c_int, [_engine_p, _c.c_void_p, _c.c_void_p]),
     "pyalloc_set_installed_oom_callback": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
     "pyalloc_engine_touch": (_c.c_int, [_engine_p, _c.c_void_p]),

@@ -368,10 +368,15 @@ class Engine:
         finally:
             _lib.lib().pyalloc_set_thread_tentative(was)
 
-    def set_evictable(self, ptr: int, handle: int, cost: float = 1.0) -> None:
+    def set_evictable(self, ptr: int, handle: int, cost: float = 1.0, *,
+                      last_resort: bool = False) -> None:
         """Mark the block at ``ptr`` evictable as ``handle`` (0: not evictable) with the
-        cost of bringing it back."""
-        _check(_lib.lib().pyalloc_engine_set_evictable(self.handle, _pointer(ptr), handle, cost))
+        cost of bringing it back. ``last_resort``: chosen only once every other way to serve
+        a request has failed (rung ``evict_last_resort``; Note [Last-resort victims] in
+        allocator/src/block.h)."""
+        mark = (_lib.lib().pyalloc_engine_set_last_resort_evictable if last_resort
+                else _lib.lib().pyalloc_engine_set_evictable)
+        _check(mark(self.handle, _pointer(ptr), handle, cost))
 
     def touch(self, ptr: int) -> None:
         """Record a use of the block at ``ptr`` (the staleness term of the heuristics)."""

@@ -28,9 +28,9 @@ class FakeRegistry:
         self.refuse = False
         engine.set_evict_callback(self.evict)
 
-    def add(self, size: int, cost: float, handle: int) -> int:
+    def add(self, size: int, cost: float, handle: int, last_resort: bool = False) -> int:
         ptr = self.engine.alloc(size)
-        self.engine.set_evictable(ptr, handle, cost)
+        self.engine.set_evictable(ptr, handle, cost, last_resort=last_resort)
         with self.lock:
             self.ptrs[handle] = ptr
         return ptr
@@ -117,6 +117,45 @@ def test_refusing_callback_gives_an_oom_that_names_evictable_bytes():
     e.check_invariants()
     for p in pinned + list(reg.ptrs.values()):
         e.free(p)
+    e.close()
+
+
+@pytest.mark.parametrize("strategy", ["dtr", "dte", "window"])
+def test_a_victim_of_last_resort_goes_only_when_nothing_else_serves(strategy):
+    # Note [Last-resort victims] (allocator/src/block.h): the cheapest and stalest block is
+    # offered only as a last resort, so a costlier ordinary one goes first; once none is
+    # left, the rung evict_last_resort takes it rather than fail. The out-of-memory report
+    # counts it with what was evictable.
+    e = Engine("host", budget="8MiB", evict_strategy=strategy)
+    reg = FakeRegistry(e)
+    reg.add(2 * MiB, cost=0.1, handle=1, last_resort=True)
+    kept = [e.alloc(2 * MiB)]
+    ordinary = reg.add(2 * MiB, cost=10.0, handle=2)
+    kept.append(e.alloc(2 * MiB))
+    e.touch(ordinary)
+    kept.append(e.alloc(2 * MiB))
+    assert reg.calls == [[2]] and e.stats()["rung.evict_last_resort"] == 0
+    kept.append(e.alloc(2 * MiB))
+    assert reg.calls[-1] == [1] and e.stats()["rung.evict_last_resort"] == 1
+    for p in kept + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
+    e.close()
+
+
+def test_an_out_of_memory_report_counts_victims_of_last_resort():
+    # The window strategy evicts nothing that would not serve the request, so the victim of
+    # last resort stays, and the report names it among what was evictable.
+    e = Engine("host", budget="8MiB", evict_strategy="window")
+    reg = FakeRegistry(e)
+    kept = [e.alloc(2 * MiB) for _ in range(3)]
+    reg.add(2 * MiB, cost=0.1, handle=1, last_resort=True)
+    with pytest.raises(OutOfMemoryError, match="evictable 2.00 MiB in 1 blocks"):
+        e.alloc(4 * MiB)
+    assert not reg.calls and 1 in reg.ptrs
+    for p in kept + list(reg.ptrs.values()):
+        e.free(p)
+    e.check_invariants()
     e.close()
 
 

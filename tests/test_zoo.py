@@ -73,15 +73,18 @@ def test_activations_are_three_quarters_of_the_unconstrained_peak(task):
     assert "evictions" not in free   # no policy, no registry
 
 
-# Out of memory at 40% today (2026-11-25), each with evictable bytes too few or too scattered
+# Out of memory at 40% once (2026-11-25), each with evictable bytes too few or too scattered
 # to serve the request: issue 21, items 2 (placement that keeps what can leave together) and
 # 3 (many small tensors). Strict: the day one passes, the mark must go (the GRU under swap
 # and hybrid and MobileNet under recompute lost theirs to Note [What autograd saves] and
 # min_evictable 16 KiB; the UNet under swap and hybrid to rung stitch_cached under
 # `window` only what no segment holds; the GRU under recompute to the evict_to_compact
 # rung, which moves the frozen gradient that sat among its evictable blocks: Note [Moving
-# what cannot leave] in allocator/src/compactor.h). The LSTM's floor under recompute, 0.43,
-# lies above 0.4 whatever the victims.
+# what cannot leave] in allocator/src/compactor.h; DenseNet under recompute, whose failure
+# was not placement but a gradient evicted whose replay rebuilt 39 MiB of dead lineage in a
+# 43 MiB budget, to Note [A restore needs its dead lineage's memory] in
+# registry/src/evict.cpp). The LSTM's floor under recompute, 0.43, lies above 0.4 whatever
+# the victims.
 # At the edge of 0.4: they pass or fail from run to run (a clean CI run and this machine
 # disagreed both ways on 2026-11-25). Under swap and hybrid what is evicted depends on
 # whether a copy has finished, and hybrid's choice on host time, so the layout at the
@@ -105,17 +108,7 @@ AT_THE_EDGE = {
 }
 _FLOOR_BOUND = ("out of memory at 0.4 of the peak: its floor (what no victim choice can "
                 "free, bench_remat's floor under recompute) is 0.43")
-# Diagnosed on 2026-11-27 (notebook, twelfth session): a concatenation's gradient, alive
-# through the block's backward while autograd sums its slices, goes stale and is evicted;
-# rebuilding it replays backward from the loss, 39 MiB of dead lineage in a 43 MiB budget.
-# Keeping such nodes (dead lineage weighed in bytes) fixed it but broke the packed BiLSTM,
-# and was reverted.
-_DEAD_LINEAGE = ("out of memory at 0.4 of the peak: an evicted gradient's replay must rebuild "
-                 "more dead lineage than the budget holds (issue 21)")
-KNOWN_FAILURES = {
-    ("zoo_lstm_lm", policy): _FLOOR_BOUND for policy in POLICIES} | {
-    ("zoo_densenet", "recompute"): _DEAD_LINEAGE,
-}
+KNOWN_FAILURES = {("zoo_lstm_lm", policy): _FLOOR_BOUND for policy in POLICIES}
 
 
 def _combinations():

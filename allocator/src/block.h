@@ -138,6 +138,7 @@ struct Block {
   // logical time of its last use. See evictor.h.
   std::uint64_t evict_handle = 0;
   double evict_cost = 0;
+  bool evict_last = false;  // offered only as a last resort: Note [Last-resort victims]
   std::uint64_t last_use = 0;
   // kFree only: where the block is cached. Either in its pool's free set (free_pos, so
   // erasing needs no search) or, when it has no free neighbour to merge with, in the
@@ -160,10 +161,38 @@ inline bool free_for(const Block* b, StreamId stream) {
   return b->state == BlockState::kFree && (b->stream == stream || b->stream == kAnyStream);
 }
 
+// Note [Last-resort victims]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The registry may offer a block as a victim of last resort: evicting it is possible but
+// likely to cost more memory later than it frees now (a node whose replay must rebuild
+// more dead lineage than the budget holds: Note [A restore needs its dead lineage's
+// memory] in registry/src/evict.cpp). Such a block counts as evictable only while the
+// evict_last_resort rung plans, after every other rung — stitching, releasing, evicting
+// the rest, compacting, moving what cannot leave — has failed: to the earlier rungs it is
+// a live block (one the compactor may move). A cost penalty was not enough: it kept such a
+// block out of the windows a cheaper one could fill, but not out of the evict rung's plan
+// when the compact rung after it would have served the request without evicting anything.
+// Set, for the calling thread, while the evict_last_resort rung plans and while the
+// out-of-memory report counts what was evictable.
+inline thread_local bool t_last_resort_victims = false;
+
 // An allocated block the registry has offered for eviction and not taken back.
 inline bool evictable(const Block* b) {
-  return b->state == BlockState::kAllocated && b->evict_handle != 0;
+  return b->state == BlockState::kAllocated && b->evict_handle != 0 &&
+         (!b->evict_last || t_last_resort_victims);
 }
+
+// Makes last-resort victims evictable for the scope's duration (this thread).
+class LastResortVictims {
+ public:
+  LastResortVictims() : was_(t_last_resort_victims) { t_last_resort_victims = true; }
+  ~LastResortVictims() { t_last_resort_victims = was_; }
+  LastResortVictims(const LastResortVictims&) = delete;
+  LastResortVictims& operator=(const LastResortVictims&) = delete;
+
+ private:
+  bool was_;
+};
 
 struct Segment {
   std::uintptr_t addr = 0;

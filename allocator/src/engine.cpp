@@ -85,7 +85,7 @@ void Engine::set_compact_callbacks(MovableCallback movable, RelocateCallback rel
   compact_context_ = context;
 }
 
-Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
+Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost, bool last_resort) {
   auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   if (!(cost >= 0) || cost > 1e300) {
     return Status::invalid("set_evictable: cost " + std::to_string(cost) +
@@ -100,6 +100,7 @@ Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost) {
   }
   block->evict_handle = handle;
   block->evict_cost = cost;
+  block->evict_last = last_resort && handle != 0;
   block->last_use = ++clock_;
   if (options_.thrash_guard && handle != 0 && thrash_.marked(handle, clock_))
     ++pool_.stats().num_thrash_fallbacks;

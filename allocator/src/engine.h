@@ -143,8 +143,9 @@ class Engine {
                                         std::size_t count);
   void set_evict_callback(EvictCallback callback, void* context);
   // Marks the block at `ptr` evictable under `handle` (0: not evictable) with the cost of
-  // bringing it back; `touch` records a use (the logical clock ticks).
-  Status set_evictable(void* ptr, std::uint64_t handle, double cost);
+  // bringing it back; `touch` records a use (the logical clock ticks). `last_resort`: only
+  // the evict_last_resort rung may choose it (Note [Last-resort victims] in block.h).
+  Status set_evictable(void* ptr, std::uint64_t handle, double cost, bool last_resort = false);
   Status touch(void* ptr);
   // The handles of blocks their owner freed while still marked evictable, oldest first:
   // how the registry learns, without scanning its nodes, that a storage it tracks died.

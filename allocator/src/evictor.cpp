@@ -304,6 +304,7 @@ bool ThrashGuard::marked(std::uint64_t handle, std::uint64_t clock) {
 }
 
 std::size_t evictable_bytes(const Pool& pool, std::size_t* blocks) {
+  LastResortVictims all;  // what the last rung could choose from
   std::size_t bytes = 0, count = 0;
   for (const auto& kv : pool.segments()) {
     for (const Block* b = kv.second->first; b; b = b->next) {

@@ -233,6 +233,7 @@ Block* Pool::take(Block* b, std::size_t rounded, std::size_t requested, StreamId
   b->stream = stream;
   b->evict_handle = 0;  // a new tensor: evictable only once the registry says so
   b->evict_cost = 0;
+  b->evict_last = false;
   b->last_use = 0;
   allocated_.insert(b->addr, b);
 

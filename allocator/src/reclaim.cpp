@@ -38,6 +38,10 @@
 //   compact          nothing left to evict: move live storages the registry can move out
 //                    of a window that then holds the request (num_compactions; compactor.h
 //                    and Note [Relocation] in engine.h; option compact).
+//   evict_to_compact evict a window's evictables and a hole for each block in it that can
+//                    only move, for the compact rung (Note [Moving what cannot leave]).
+//   evict_last_resort  evict among every victim, those the registry offered only as a
+//                    last resort included (Note [Last-resort victims] in block.h).
 //   wait             other threads' victims are on their way out: wait for their frees, a
 //                    bounded time.
 //
@@ -91,13 +95,14 @@ constexpr Rung kLadder[] = {
     Rung::cached,        Rung::stitch_first, Rung::grow,     Rung::fence,
     Rung::stitch_cached, Rung::release,      Rung::any_class, Rung::borrow,
     Rung::stitch_map_rest, Rung::evict,      Rung::compact,  Rung::evict_to_compact,
-    Rung::wait,
+    Rung::evict_last_resort, Rung::wait,
 };
 constexpr Rung kLadderInPlace[] = {
     Rung::cached,    Rung::stitch_first,   Rung::grow,          Rung::fence,
     Rung::any_class, Rung::borrow,         Rung::evict_in_place, Rung::stitch_cached,
     Rung::release,   Rung::any_class,      Rung::borrow,        Rung::stitch_map_rest,
-    Rung::evict,     Rung::compact,        Rung::evict_to_compact, Rung::wait,
+    Rung::evict,     Rung::compact,        Rung::evict_to_compact, Rung::evict_last_resort,
+    Rung::wait,
 };
 // Requests routed to a graph pool, and every request while a capture is underway: no
 // synchronization, no unmapping, no eviction (Note [Graph pools] in block.h).
@@ -403,6 +408,19 @@ Engine::Climbed Engine::rung_evict_to_compact_locked(Climb& c) {
   const EvictPlan plan = plan_clearing(pool_, c.rounded, c.kind, c.stream, movable, clock_);
   if (plan.victims.empty()) return Climbed::kPassed;
   evict_unlocked(*c.lock, take_victims_locked(plan, /*proactive=*/false));
+  return Climbed::kAgain;
+}
+
+Engine::Climbed Engine::rung_evict_last_resort_locked(Climb& c) {
+  // See Note [Last-resort victims] in block.h. Every other rung has failed this round.
+  if (!t_may_evict || c.round >= kMaxEvictRounds) return Climbed::kPassed;
+  std::vector<std::uint64_t> victims;
+  {
+    LastResortVictims all;
+    victims = plan_eviction_locked(c.rounded, c.stream, c.kind);
+  }
+  if (victims.empty()) return Climbed::kPassed;
+  evict_unlocked(*c.lock, victims);
   return Climbed::kAgain;
 }
 

@@ -20,6 +20,7 @@ namespace pyalloc {
   X(evict, "times victims were evicted, then the ladder climbed again")                    \
   X(compact, "times live storages were moved, then the ladder climbed again")              \
   X(evict_to_compact, "times evictions made room for the compact rung to move what cannot leave, then the ladder climbed again") \
+  X(evict_last_resort, "times victims of last resort were evicted (every other rung had failed), then the ladder climbed again") \
   X(wait, "times a request waited for other threads' evictions, then climbed again")
 
 enum class Rung : int {

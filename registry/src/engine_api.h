@@ -26,6 +26,7 @@ struct Api {
   int (*set_compact_callbacks)(pyalloc_engine*, pyalloc_movable_fn, pyalloc_relocate_fn,
                                void*) = nullptr;
   int (*set_evictable)(pyalloc_engine*, void*, uint64_t, double) = nullptr;
+  int (*set_last_resort_evictable)(pyalloc_engine*, void*, uint64_t, double) = nullptr;
   int (*touch)(pyalloc_engine*, void*) = nullptr;
   size_t (*take_freed_marked)(pyalloc_engine*, uint64_t*, size_t, int*) = nullptr;
   uint64_t (*freed_marked_count)(pyalloc_engine*) = nullptr;

@@ -16,6 +16,60 @@ constexpr double kRelocatePenalty = 64.0;
 
 // --- marks -----------------------------------------------------------------------------------
 
+// Note [A restore needs its dead lineage's memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Evicting a node frees its bytes now; bringing it back needs them again, and first every
+// dead node its replay rebuilds on the way (Note [Dead inputs cost their readers] in
+// liveness.cpp), each pinned while the replays above it run (Note [Pinning inside
+// replays] in restore.cpp). `cost` prices the time; nothing priced the memory, and a
+// gradient late in backward can only be rebuilt by replaying the backward from the loss
+// down to it. Where a concatenation's gradient is consumed piece by piece, such a
+// gradient lives long: autograd's CatBackward hands out slices of it, which wait in the
+// input buffers of the ops that made the concatenated tensors until every later reader
+// of those tensors has added its share (DenseNet: the 8 MiB gradient of a dense block's
+// output, a view of which each of the block's features holds until the block's backward
+// reaches it), so it grows stale between uses and the engine takes it. At 0.4 of
+// DenseNet's peak (43 MiB) it did, one op before the next sum into one of its slices:
+// that replay had 39 MiB of dead lineage to rebuild (the block's other gradients 30–85
+// MiB), sixteen nested replays deep, whose restores evicted one another's and ran out of
+// memory with everything pinned (or, where it also asked for the weight gradient, on that:
+// Note [Replaying one result of a backward op]). DenseNet's least budget was 0.45 of its
+// peak under both strategies, its floor 0.32.
+// So a node whose dead lineage alone weighs more than the budget is a victim of last resort
+// (Note [Last-resort victims] in allocator/src/block.h): it stays resident (compaction may
+// still move it) for as long as any other rung can serve a request, and is dropped only
+// where the alternative is an out-of-memory error. With a host pool (`relocate`) it leaves
+// as a host copy instead, like a node without lineage. `dead_bytes` is counted as `cost`
+// is — a death adds the dead node's bytes and its own dead_bytes to each live node reached
+// through dead readers, a gradient inherits its backward inputs' when it is made — so it
+// can only overestimate (a dead node rebuilt and held still counts, and one reached along
+// two paths counts twice), which errs towards keeping.
+// The whole budget, not a multiple of the node's bytes: the GRU's per-timestep states
+// have dead lineage a hundred times their size, a few MiB, and are the victims that let
+// it train; a bound of four times the node's bytes took its least budget from 0.44 to
+// 0.79. Nor never dropped (the rule's first form, 3ee4208, reverted): a packed
+// bidirectional LSTM's per-timestep states have dead lineage counted beyond the budget,
+// and at 0.7 of its peak they were the only victims that could serve its 2.7 MiB
+// requests. Under swap and hybrid backward nodes have no lineage and the rule does not
+// apply. Measured with the first form (tools/bench_remat.py, window / dtr): DenseNet 0.45
+// / 0.45 -> 0.42 / 0.39 (the zoo test's 0.4 trains), transformer 0.33 / 0.30 -> 0.26 /
+// 0.26, zoo UNet 0.35 / 0.42 -> 0.30 / 0.35, GRU LM 0.44 / 0.44 -> 0.39 / 0.44, CNN 0.30
+// unchanged.
+bool Registry::replay_too_dear(const Node* node) const {
+  return !can_swap_ && node->lineage() && budget_ > 0 &&
+         node->dead_bytes > static_cast<double>(budget_);
+}
+
+// The budget changes rarely (Engine::set_budget); it is read when the registry starts and
+// whenever the engine asks for victims, when it matters. A node marked under an older
+// budget keeps its mark's kind until it is marked again (after its next use).
+void Registry::refresh_budget_locked() {
+  std::uint64_t unallocated = 0, allocated = 0, peak = 0;
+  if (engine_api::api().unallocated(engine_, &unallocated) == 0 &&
+      engine_api::api().allocated(engine_, &allocated, &peak) == 0)
+    budget_ = unallocated + allocated;
+}
+
 void Registry::mark_locked(Node* node) {
   if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return;
   const c10::StorageImpl* s = node->peek();
@@ -25,7 +79,11 @@ void Registry::mark_locked(Node* node) {
     return;
   }
   // set_evictable overwrites an earlier mark: it also updates the cost.
-  if (engine_api::api().set_evictable(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
+  const auto& api = engine_api::api();
+  // Note [A restore needs its dead lineage's memory]: such a node is a victim of last resort.
+  const auto set = !can_relocate_ && replay_too_dear(node) ? api.set_last_resort_evictable
+                                                            : api.set_evictable;
+  if (set(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
     node->marked = true;
     node->last_tick = ++ticks_;
   } else {
@@ -71,7 +129,7 @@ void Registry::unpin_locked(Node* node) {
 double Registry::eviction_cost_locked(const Node* node) const {
   // What evicting costs later, in the cost model's unit: the recompute, or moving the
   // bytes (out and back, or only back when the host copy is clean).
-  if (!can_relocate_ || (!can_swap_ && node->lineage())) return node->cost;
+  if (!can_relocate_ || (!can_swap_ && node->lineage() && !replay_too_dear(node))) return node->cost;
   double moved = static_cast<double>(node->clean ? node->nbytes : 2 * node->nbytes);
   if (settings_.cost == CostModel::kTime) moved = moved / std::max(copy_bw_, 1.0) * 1e9;
   if (!can_swap_) return moved * kRelocatePenalty;  // recompute with relocation: last
@@ -84,6 +142,7 @@ double Registry::eviction_cost_locked(const Node* node) const {
 Registry::Route Registry::route_locked(Node* node, bool eager) {
   if (node->clean) return Route::kFree;
   if (!node->lineage()) return can_relocate_ ? Route::kSwap : Route::kNone;
+  if (can_relocate_ && replay_too_dear(node)) return Route::kSwap;
   if (settings_.policy == Policy::kRecompute || eager) return Route::kDrop;  // eager: a copy would likely be wasted
   if (settings_.policy == Policy::kSwap) return Route::kSwap;
   // Hybrid (Capuchin): swap when both copies hide in the compute between the last forward
@@ -134,7 +193,7 @@ bool Registry::evict_locked(Node* node, bool eager) {
   Route route = route_locked(node, eager);
   if (route == Route::kNone) return false;
   if (route == Route::kSwap && !swap_out_locked(node)) {
-    if (!node->lineage()) return false;
+    if (!node->lineage() || replay_too_dear(node)) return false;
     route = Route::kDrop;
   }
   free_data_locked(node, s.get());
@@ -149,6 +208,7 @@ std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
   Burial burial(*this, lock);
   if (!active_.load()) return 0;
   notice_deaths_locked(/*all=*/true);  // the dead go before anything that lives
+  refresh_budget_locked();
   std::size_t done = 0;
   for (std::size_t i = 0; i < count; ++i) {
     Node* node = find_locked(handles[i]);

@@ -73,6 +73,8 @@ void Registry::charge_readers_locked(Node* dead) {
       return known ? Walk::kFrontier : Walk::kInto;
     }
     reader->cost += dead->cost;
+    // What its replay must rebuild: Note [A restore needs its dead lineage's memory].
+    reader->dead_bytes += static_cast<double>(dead->nbytes) + dead->dead_bytes;
     if (reader->marked) mark_locked(reader);  // set_evictable updates the engine's cost
     if (releasing_batch_) frontiers_.push_back(reader->handle);
     return Walk::kOver;

@@ -212,6 +212,9 @@ struct Node {
   c10::Device device;
   c10::SmallVector<Step, 1> steps;  // creation, then in-place steps; empty once frozen
   double cost = 0;                // bringing it back by replaying `steps`
+  // The bytes of the dead nodes a replay rebuilds on the way, as `cost` counts their ops
+  // (Note [A restore needs its dead lineage's memory] in evict.cpp).
+  double dead_bytes = 0;
   std::uint32_t version = 0;      // in-place ops seen (with lineage: steps.size() - 1)
   std::int64_t partial = -1;      // midway through a restore: the version its data has
   bool stale_readers = false;     // read at an earlier version too (writes.cpp)

@@ -61,6 +61,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   settings_ = settings;
   can_swap_ = settings.policy != Policy::kRecompute;
   can_relocate_ = can_swap_ || settings.relocate;
+  refresh_budget_locked();
   copy_bw_ = 0;
   nodes_.clear();
   by_key_.clear();
@@ -339,12 +340,17 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   // See Note [Dead inputs cost their readers].
   const bool backward = pending.task != -1;
   double inherited = 0;
+  double inherited_bytes = 0;
   if (backward)
     for (const Node* input : pending.inputs)
-      if (input->backward && input->lineage()) inherited += input->cost;
+      if (input->backward && input->lineage()) {
+        inherited += input->cost;
+        inherited_bytes += static_cast<double>(input->nbytes) + input->dead_bytes;
+      }
   for (std::uint32_t i : fresh)
     make_node_locked(results[i]->unsafeGetTensorImpl()->unsafe_storage(), Step{pending.rec, i},
-                     rec.cost + inherited, pending.task, pending.inputs, pending.leaves);
+                     rec.cost + inherited, pending.task, pending.inputs, pending.leaves,
+                     inherited_bytes);
 }
 
 bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const {
@@ -359,7 +365,8 @@ bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& r
 
 Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step> step,
                                  double cost, std::int64_t task, c10::ArrayRef<Node*> inputs,
-                                 c10::ArrayRef<const c10::StorageImpl*> leaves) {
+                                 c10::ArrayRef<const c10::StorageImpl*> leaves,
+                                 double dead_bytes) {
   const bool backward = task != -1;
   Node* node = nodes_.create(storage);
   if (step) {
@@ -368,6 +375,7 @@ Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step
     node->frozen = true;  // no lineage: it can leave only as a host copy
   }
   node->cost = cost;
+  node->dead_bytes = dead_bytes;
   node->backward = backward;
   node->iteration = iterations_;
   by_key_[node->key] = node;

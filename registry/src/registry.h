@@ -301,7 +301,8 @@ class Registry {
   // Offered to the engine.
   Node* make_node_locked(const c10::Storage& storage, std::optional<Step> step, double cost,
                          std::int64_t task, c10::ArrayRef<Node*> inputs,
-                         c10::ArrayRef<const c10::StorageImpl*> leaves);
+                         c10::ArrayRef<const c10::StorageImpl*> leaves,
+                         double dead_bytes = 0);
   // Under swap and hybrid, what an op in a backward pass made (`outputs`): nodes without
   // lineage, which leave only as host copies (Note [Backward nodes] in backward.cpp).
   void record_bare_locked(std::int64_t task, KeyList& read_keys, c10::ArrayRef<c10::IValue> outputs);
@@ -428,6 +429,10 @@ class Registry {
   // The engine's clock ticks on each mark and touch: see Note [Touches].
   void touch_locked(Node* node);
   void unmark_locked(Node* node);
+  // Under recompute: its dead lineage outweighs the budget, so it is never dropped. See
+  // Note [A restore needs its dead lineage's memory] in evict.cpp.
+  bool replay_too_dear(const Node* node) const;
+  void refresh_budget_locked();  // budget_ from the engine
   double eviction_cost_locked(const Node* node) const;
   enum class Route { kNone, kFree, kSwap, kDrop };
   Route route_locked(Node* node, bool eager);
@@ -449,8 +454,11 @@ class Registry {
   void restore_now(Lock& lock, Node* node);
   // Replays one recorded op; `target` is the node an in-place step rebuilds (in `into`
   // instead of its own storage, if given). Returns its results (tensors only, in order).
+  // `only_output`: the one result the caller keeps, where the op can be told to skip the
+  // others (Note [Replaying one result of a backward op]).
   std::vector<at::Tensor> replay(Lock& lock, const Step& step, Node* target,
-                                 c10::intrusive_ptr<c10::StorageImpl> into = {});
+                                 c10::intrusive_ptr<c10::StorageImpl> into = {},
+                                 std::optional<std::uint32_t> only_output = std::nullopt);
   // Replays a chain's creating step: the result that is the chain's storage.
   at::Tensor replay_creation(Lock& lock, const Step& step);
   // The contents `node` had at `version` (an earlier one), rebuilt from the first steps
@@ -501,6 +509,7 @@ class Registry {
   Settings settings_;                           // guarded by mu_
   bool can_swap_ = false;                       // policy swap or hybrid
   bool can_relocate_ = false;                   // nodes without lineage may leave (host pool)
+  std::uint64_t budget_ = 0;                    // guarded by mu_; the engine's, at start and each evict()
   double copy_bw_ = 0;                          // bytes/s of one swap copy
   NodeTable nodes_;  // guarded by mu_
   // Set aside for a Burial (Note [Releasing outside the lock]); buried_: non-empty.

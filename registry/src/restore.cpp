@@ -70,6 +70,44 @@ c10::IValue cloned(const c10::IValue& value) {
   return value;
 }
 
+// Note [Replaying one result of a backward op]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Backward formulas that make several gradients at once take a `bool[N] output_mask`
+// (convolution_backward, native_batch_norm_backward, native_layer_norm_backward,
+// native_group_norm_backward, ...): autograd asks for every gradient some edge needs. A
+// replay restores one result, the node's storage, and drops the rest — but with the
+// recorded mask it computed them all, and with them their scratch: on the CPU,
+// mkldnn's weight gradient reorders the whole input into a buffer of the input's size.
+// That is memory a restore needs on top of its rebuilt inputs and its result, at the
+// moment memory is short. DenseNet at 0.4 of its peak under recompute first ran out of
+// memory on exactly that: in backward, autograd summed a gradient into a slice of the
+// evicted gradient of a 1x1 transition (a torch.cat's gradient, 8 MiB), whose replay of
+// convolution_backward, with its dead input (the concatenation, 8 MiB) and its dead
+// output gradient (4 MiB) rebuilt, asked for 8 MiB more for the weight gradient it then
+// threw away. (That gradient is no longer dropped at all: Note [A restore needs its dead
+// lineage's memory] in evict.cpp; the saving holds for every such replay.) So a creation
+// step replayed for one result passes a mask with only that result set. Each gradient is computed by its own kernel from the same inputs, so the
+// result kept is the same bits (the zoo's training-equivalence tests).
+// Only where the mask has one entry per result and every result is a tensor, so that
+// `Step::output` is the mask's index.
+void narrow_output_mask(const c10::FunctionSchema& schema, torch::jit::Stack& stack,
+                        std::uint32_t output) {
+  const auto& returns = schema.returns();
+  if (output >= returns.size()) return;
+  for (const c10::Argument& r : returns)
+    if (r.type()->kind() != c10::TypeKind::TensorType) return;
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < args.size() && i < stack.size(); ++i) {
+    if (args[i].name() != "output_mask" || !stack[i].isBoolList()) continue;
+    c10::List<bool> recorded = stack[i].toBoolList();
+    if (recorded.size() != returns.size() || !recorded.get(output)) return;
+    c10::List<bool> mask;
+    for (std::size_t k = 0; k < recorded.size(); ++k) mask.push_back(k == output);
+    stack[i] = mask;
+    return;
+  }
+}
+
 }  // namespace
 
 void Registry::unpin_all_locked(c10::ArrayRef<Node*> nodes) {
@@ -164,7 +202,8 @@ at::Tensor& with_view_bits(at::Tensor& t, const Ref& ref) {
 }  // namespace
 
 std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* target,
-                                        c10::intrusive_ptr<c10::StorageImpl> into) {
+                                        c10::intrusive_ptr<c10::StorageImpl> into,
+                                        std::optional<std::uint32_t> only_output) {
   const Recording& rec = *step.rec;
   const Handle target_handle = target ? target->handle : 0;
   PinScope inputs(*this);
@@ -239,6 +278,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
       slot = list;
     }
   }
+  if (only_output) narrow_output_mask(rec.op.schema(), stack, *only_output);
   // Arguments the op writes, other than the storage being rebuilt, are written on copies:
   // a replay never writes (say) batch norm's running statistics a second time.
   std::vector<std::uint16_t> to_clone;
@@ -263,7 +303,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
 }
 
 at::Tensor Registry::replay_creation(Lock& lock, const Step& step) {
-  std::vector<at::Tensor> out = replay(lock, step, nullptr);
+  std::vector<at::Tensor> out = replay(lock, step, nullptr, {}, step.output);
   TORCH_CHECK(step.output < out.size() && out[step.output].defined(), "pyalloc: recomputing ",
               step.rec->op.schema().name(),
               " gave fewer results than recorded. This is a registry bug; please report it.");
