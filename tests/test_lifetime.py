@@ -86,6 +86,40 @@ def test_a_long_lived_request_takes_a_short_lived_hole_rather_than_fail(make_eng
         engine.free(p)
 
 
+def test_a_long_lived_request_gets_a_segment_of_its_own_rather_than_borrow(make_engine):
+    # Note [Long-lived requests do not borrow] in allocator/src/reclaim.cpp. Under a
+    # registry's window strategy (an evict callback: the in-place ladder, where borrow comes
+    # before release) with the budget spent: the long-lived small segment is full, a large
+    # segment holds an activation and a 2.5 MiB hole, another is wholly free. A momentum
+    # buffer borrowed into the hole (best fit) would keep that segment from ever emptying;
+    # it gets a small segment of its own where the free one was.
+    engine = make_engine(budget="10MiB")
+    engine.set_evict_callback(lambda handles: 0)
+    engine.set_long_lived(True)
+    model = [engine.alloc(1 * MiB), engine.alloc(1 * MiB)]
+    engine.set_long_lived(False)
+    engine.free(engine.alloc(4 * MiB))
+    activation = engine.alloc(1536 * KiB)       # 1.5 MiB of the 4 MiB segment
+    engine.free(engine.alloc(4 * MiB))          # a second 4 MiB segment, wholly free
+    assert engine.stats()["reserved_bytes.all.current"] == 10 * MiB
+    engine.set_long_lived(True)
+    state = engine.alloc(256 * KiB)
+    engine.set_long_lived(False)
+    own = segment_of(engine, state)
+    assert own["segment_type"] == "small" and own["long_lived"], own
+    assert engine.stats()["num_small_borrows"] == 0
+    # The activation's segment empties when it goes, whole for a large request.
+    large = segment_of(engine, activation)
+    engine.free(activation)
+    after = next(s for s in engine.snapshot()["segments"] if s["address"] == large["address"])
+    assert after["allocated_size"] == 0, after
+    whole = engine.alloc(4 * MiB)
+    assert segment_of(engine, whole)["address"] == large["address"]
+    for p in model + [state, whole]:
+        engine.free(p)
+    engine.set_evict_callback(None)
+
+
 def test_the_phase_is_traced_and_the_replay_places_blocks_as_the_live_run_did(make_engine,
                                                                                tmp_path):
     engine = make_engine()

@@ -232,6 +232,7 @@ class Engine {
     int compactions = 0;
     bool cleared = false;   // the evict_to_compact rung ran
     bool tidied = false;    // the evict rung asked the registry to let go of the unused
+    bool own_segment = false;  // the borrow rung released for a long-lived request's segment
     int waited_us = 0;
     Block* block = nullptr;  // what the rung that served it found or handed out
   };
@@ -356,6 +357,10 @@ class Engine {
   // Gives every wholly free cached segment (and expandable tail) back to the device,
   // after a device-wide synchronization; false if there was nothing to give.
   bool release_cached_locked();
+  // Gives back one wholly free cached segment, the smallest of at least `bytes`, with the
+  // same synchronization; false if there was none (Note [Long-lived requests do not
+  // borrow] in reclaim.cpp).
+  bool release_one_locked(std::size_t bytes);
 
   // --- out of memory (oom_report.cpp) ---
   // What the report and the OOM callback say, read once at the failure.

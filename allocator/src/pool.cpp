@@ -283,27 +283,52 @@ bool Pool::has_free_segment() const {
   return false;
 }
 
+namespace {
+bool wholly_free(const Segment* seg) {
+  const Block* b = seg->first;
+  return b->state == BlockState::kFree && b->next == nullptr && !is_graph_pool_tag(b->stream);
+}
+}  // namespace
+
+void Pool::forget_free_segment(Segment* seg) {
+  erase_free(seg->first);
+  Segment*& grows = expandable_[static_cast<int>(seg->pool)];
+  if (grows == seg) grows = nullptr;
+  int p = stat_pool(seg);
+  update(stats_.segment, p, -1);
+  update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
+  if (is_oversize(seg->size)) stats_.oversize_segments.decrease(1);
+}
+
 std::vector<Segment*> Pool::take_releasable_segments() {
   flush_fast();
   std::vector<Segment*> out;
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment* seg = it->second;
-    Block* b = seg->first;
-    if (b->state != BlockState::kFree || b->next != nullptr || is_graph_pool_tag(b->stream)) {
+    if (!wholly_free(seg)) {
       ++it;
       continue;
     }
-    erase_free(b);
-    Segment*& grows = expandable_[static_cast<int>(seg->pool)];
-    if (grows == seg) grows = nullptr;
-    int p = stat_pool(seg);
-    update(stats_.segment, p, -1);
-    update(stats_.reserved_bytes, p, -static_cast<std::int64_t>(seg->size));
-    if (is_oversize(seg->size)) stats_.oversize_segments.decrease(1);
+    forget_free_segment(seg);
     out.push_back(seg);
     it = segments_.erase(it);
   }
   return out;
+}
+
+Segment* Pool::take_free_segment(std::size_t bytes) {
+  flush_fast();
+  auto best = segments_.end();
+  for (auto it = segments_.begin(); it != segments_.end(); ++it) {
+    const Segment* seg = it->second;
+    if (seg->expandable || seg->size < bytes || !wholly_free(seg)) continue;
+    if (best == segments_.end() || seg->size < best->second->size) best = it;
+  }
+  if (best == segments_.end()) return nullptr;
+  Segment* seg = best->second;
+  forget_free_segment(seg);
+  segments_.erase(best);
+  return seg;
 }
 
 

@@ -187,6 +187,10 @@ class Pool {
   // Removes every segment that is one free block, and returns them; the caller unmaps
   // and frees them on the device.
   std::vector<Segment*> take_releasable_segments();
+  // The smallest wholly free segment (not a graph pool's, not expandable) of at least
+  // `bytes`, taken out of the pool as take_releasable_segments() takes them; nullptr if
+  // none (Note [Long-lived requests do not borrow] in reclaim.cpp).
+  Segment* take_free_segment(std::size_t bytes);
   void destroy_segment(Segment* segment);
 
   Block* find_allocated(std::uintptr_t ptr) const;
@@ -252,6 +256,9 @@ class Pool {
  private:
   FreeSet& free_set(const Block* b) { return free_[static_cast<int>(b->segment->pool)]; }
   bool is_oversize(std::size_t bytes) const { return max_split_size_ && bytes >= max_split_size_; }
+  // Takes a wholly free segment's block out of the free sets and the segment out of the
+  // stats (the caller erases it from segments_).
+  void forget_free_segment(Segment* seg);
   bool acceptable(const Block* block, std::size_t rounded) const;
   // The free block at the end of an expandable segment that can still grow, and the size
   // best fit ranks a block by (Note [Expandable segments]).

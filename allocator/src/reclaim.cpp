@@ -76,6 +76,36 @@
 // recompute — and the mapping rungs run only when no segment can hold the request (the
 // first steps, while the pool takes its shape, or a request larger than any segment). dtr
 // and dte keep their order: their victims are chosen by score, not by place.
+//
+// Note [Long-lived requests do not borrow]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A small request borrows a piece of a large-pool free block when the small pool is full
+// and the budget has no room for another small segment. For a short-lived request that
+// costs nothing lasting. For a long-lived one (an optimizer's state, made in the first
+// step's optimizer.step(): Note [Lifetime classes] in pool.h) it lasts the whole run: the
+// piece can be neither evicted nor moved (the registry moves only its own storages), so
+// the large segment it sits in is never again empty for a request as large as itself.
+// Under a registry large segments are as small as the request that made them (2 MiB), so
+// one 256 KiB momentum buffer takes a whole 2 MiB segment out of every later large
+// request's reach. Seen on the zoo's MobileNet under recompute at 0.4 of its peak: at the
+// first step SGD's momentum buffers of the last layers (256, 256, 64, 48, 36 KiB; the
+// long-lived small segment was full with the parameters) were borrowed, by best fit, into
+// two large segments beside activations while three others were wholly free; in the
+// second step's backward a 2 MiB request (the first block's input gradient) found 3.7 MiB
+// cached free, largest piece 1.7 MiB, 0.2 MiB evictable: those two segments, free but
+// for the buffers. So a long-lived request, before it borrows, gives back one wholly free
+// cached segment, the smallest that makes room for a small segment (with the release
+// rung's device synchronization: its blocks may still be in use, and stitched ranges may
+// map its pieces), and takes a small segment of its own in its place, which lifetime
+// classes then keep for long-lived requests. Once a request, and only where a segment is
+// wholly free (otherwise it borrows as before); in practice once a run, in the first
+// optimizer step. One segment, not every free one as the release rung does: releasing all
+// of them reshaped the pool for the steps after (the large requests grew new segments of
+// other sizes), and the zoo's MobileNet under swap at 0.4, at its edge, ran out of memory
+// in 3 of 9 runs (0 of 9 before; 0 of 9 with one segment). The zoo test's MobileNet under
+// recompute then trains down to 0.385 of its peak (0.43 before: 0.40-0.42 ran out of
+// memory in the second step); bench_remat's zoo least budgets do not move.
+
 #include <chrono>
 #include <iterator>
 #include <thread>
@@ -304,6 +334,17 @@ Engine::Climbed Engine::rung_borrow_locked(Climb& c) {
   // Seen in training under eviction: an 8 MiB free large block, a 1 MiB request, no room
   // for a 2 MiB small segment. Small requests never look in the large pool otherwise.
   if (c.kind != PoolKind::kSmall) return Climbed::kPassed;
+  // A long-lived request first gets a small segment of its own where wholly free cached
+  // segments can make room for one: Note [Long-lived requests do not borrow]. Once a
+  // request; not while a capture forbids unmapping, nor for a graph pool's request.
+  if (c.cls == SegmentClass::kLongLived && !c.own_segment && captures_ == 0 &&
+      !is_graph_pool_tag(c.stream) && pool_.has_free_segment()) {
+    c.own_segment = true;
+    const std::size_t segment = round_up(kSmallSegment, backend_->granularity());
+    const std::size_t headroom = headroom_locked();
+    if (release_one_locked(headroom >= segment ? 0 : segment - headroom))
+      if (Block* own = grow_locked(c.rounded, c.kind, c.stream)) return found(c, own);
+  }
   Block* block = pool_.find_borrow(c.rounded, c.stream);
   if (block) ++pool_.stats().num_small_borrows;
   return found(c, block);

@@ -186,6 +186,24 @@ bool Engine::release_cached_locked() {
   return true;
 }
 
+bool Engine::release_one_locked(std::size_t bytes) {
+  pool_.flush_fast();
+  if (!pool_.has_free_segment()) return false;
+  BlockedTimer timer(blocked_ns_);
+  // As release_cached_locked: the free block may still be in use by queued work, and
+  // stitched ranges may map its pieces; both are done with after this.
+  backend_->synchronize_device();
+  ++pool_.stats().num_sync_all_streams;
+  unmap_retired_locked(/*wait=*/true);
+  unmap_kept_locked(/*wait=*/false);
+  for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
+  adopt_released_pools_locked();
+  Segment* seg = pool_.take_free_segment(bytes);
+  if (!seg) return false;
+  unmap_segment_locked(seg);
+  return true;
+}
+
 Block* Engine::stitch_locked(std::size_t rounded, std::size_t size, StreamId stream,
                              std::size_t map_rest_from) {
   const std::size_t chunk = backend_->granularity();
