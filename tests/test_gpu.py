@@ -226,8 +226,8 @@ def test_nvml_figures_appear_in_the_oom_report_and_in_watch(tmp_path):
 # a mask derived from the batch let go with its layer (Note [What plain inputs derive]), and
 # a reversible network's lineage let go where it weighs more than it frees (Note [Lineage
 # that holds more than it can free]: which references PyTorch's PyObject preservation adds
-# differs between torch versions), and a sparse product (cuSPARSE) recorded as a node
-# (Note [Sparse arguments]).
+# differs between torch versions), a dead node's kept arguments let go at its death, and a
+# sparse product (cuSPARSE) recorded as a node (Note [Sparse arguments]).
 GPU_REMAT_CHECKS = [
     "random_ops_replay_bit_for_bit",
     "readers_of_an_earlier_version_stay_recomputable",
@@ -238,6 +238,7 @@ GPU_REMAT_CHECKS = [
     "gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind",
     "a_mask_made_from_the_batch_is_let_go_when_its_layer_returns",
     "a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees",
+    "what_a_dead_nodes_recording_kept_goes_with_its_death",
     "a_sparse_product_of_an_activation_is_a_node_its_reader_does_not_hold",
 ]
 

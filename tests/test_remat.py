@@ -158,14 +158,8 @@ def test_a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees():
     run_unit("remat_units", "a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dead node's recording keeps its plain arguments until a batch of 16 deaths is drained "
-    "(the held-memory audit's cause A); draining at once when such a node dies fixed this "
-    "(deq_fixed_point +12 -> +2.25 MiB) but tipped the zoo's MobileNet under recompute at 0.4 "
-    "of its peak into a fragmented out-of-memory error, so it was reverted (notebook, twelfth "
-    "session)"))
 def test_what_a_dead_nodes_recording_kept_goes_with_its_death():
-    # The audit's cause A: docs/results/held_audit_sim_2026-11-27.md.
+    # See Note [Deaths worth a drain] in registry/src/liveness.cpp.
     run_unit("remat_units", "what_a_dead_nodes_recording_kept_goes_with_its_death")
 
 

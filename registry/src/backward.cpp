@@ -92,6 +92,7 @@ void Registry::enter_backward_locked(std::int64_t task, std::int64_t previous) {
   } catch (const c10::Error&) {
     return;  // not inside a backward pass after all: its nodes are settled by the next op
   }
+  if (open_tasks_.empty()) watched_.clear();  // Note [Deaths worth a drain]: forward only
   open_tasks_.push_back(task);
   in_backward_ = true;
   // See Note [Passes inside a pass].

@@ -9,6 +9,8 @@ namespace {
 
 // Deaths noted by the engine are taken this many at a time on the per-op path.
 constexpr std::uint64_t kDeathsPerDrain = 16;
+// At most this many nodes are watched (Note [Deaths worth a drain]); more wait for a batch.
+constexpr std::size_t kMaxWatched = 16;
 
 }  // namespace
 
@@ -156,10 +158,55 @@ void Registry::forget_locked(Node* node) {
 // lock), and all of them before anything is evicted.
 // Deaths the engine cannot see — a storage dropped while evicted, or while unmarked — wait
 // for the backstop sweep.
+// Note [Deaths worth a drain]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A dead node's recording keeps the tensors it took as they are (no node: an input batch, a
+// tensor made under no_grad) until the node is forgotten, and that waits for a batch of
+// kDeathsPerDrain deaths. Where the program drops such a tensor and the node that read it in
+// the same iteration — a no_grad solver loop that mixes an activation into each iterate, as
+// deep equilibrium models do (tools/user_programs/deq_fixed_point.py) — a loop making two
+// nodes an iteration kept eight iterations of them: +12 MiB over plain PyTorch's 62 MiB peak.
+// So a node whose recording keeps min_bytes or more of such tensors (parameters and views
+// of them aside) is watched, and when one of them dies the deaths are drained at once. Few
+// are watched at a time (kMaxWatched), and a check costs one weak pointer each when a
+// death is pending.
+// Only nodes made outside backward with grad mode off are watched, and the watch is
+// cleared when a backward pass begins. With grad mode on, autograd's graph usually saves
+// the same tensors (a convolution saves its input for its weight's gradient) and the
+// program holds the batch through the step, so an early drain frees nothing; and in
+// backward deaths come many an op and fill a batch soon. An early drain there only moved
+// when dead nodes' recordings went, which reshapes a tight pool: watching every node
+// (f57465d) drained when the zoo's DenseNet's stem convolution (it reads the batch) died at
+// its block's end, and DenseNet's least budget under recompute in tests/programs/train.py
+// went from 0.39 of its peak to 0.43 (MobileNet at 0.4 tipped the same way before the
+// engine's Note [Long-lived requests do not borrow]); a packed attention projection's
+// slices, views of a parameter, were counted as droppable.
+void Registry::watch_death_locked(const Node* node) {
+  if (watched_.size() < kMaxWatched) watched_.push_back(node->handle);
+}
+
+bool Registry::watched_died_locked() {
+  bool died = false;
+  auto kept = watched_.begin();
+  for (Handle h : watched_) {
+    const Node* node = find_locked(h);
+    if (!node || node->dead) continue;  // gone, or its death already taken
+    if (node->weak.expired()) {
+      died = true;
+      continue;
+    }
+    *kept++ = h;
+  }
+  watched_.erase(kept, watched_.end());
+  return died;
+}
+
 void Registry::notice_deaths_locked(bool all) {
   const engine_api::Api& api = engine_api::api();
   const std::uint64_t count = api.freed_marked_count(engine_);
-  if (count == deaths_seen_ || (!all && count - deaths_seen_ < kDeathsPerDrain)) return;
+  if (count == deaths_seen_) return;
+  if (!all && count - deaths_seen_ < kDeathsPerDrain && (watched_.empty() || !watched_died_locked()))
+    return;
   deaths_seen_ = count;
   c10::SmallVector<Handle, 16> work;
   std::uint64_t buf[64];

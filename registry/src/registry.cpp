@@ -66,6 +66,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   nodes_.clear();
   by_key_.clear();
   leaf_readers_.clear();
+  watched_.clear();
   counters_ = Counters{};
   replays_by_op_.clear();
   fills_.clear();
@@ -131,6 +132,7 @@ std::string Registry::stop() {
     forget_locked(node);
   }
   leaf_readers_.clear();
+  watched_.clear();
   unread_.clear();
   drop_fills_locked(/*all=*/true);
   by_ordinal_.clear();
@@ -232,6 +234,13 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
     Node* node = by_key_locked(key);
     if (!node) {
       leaves->push_back(key);
+      // Parameters stay with their module; anything else may be dropped by the program
+      // and left to the recording (Note [Deaths worth a drain] in liveness.cpp).
+      // A view of a parameter (a slice of a packed attention projection) is a parameter.
+      if (key->nbytes() >= settings_.min_bytes) {
+        const at::TensorBase& base = t.is_view() ? t._base() : t;
+        if (!(base.requires_grad() && base.is_leaf())) pending->droppable_bytes += key->nbytes();
+      }
       if (t.requires_grad() && !t.is_leaf()) return detached_alias(t);
       return t;
     }
@@ -347,10 +356,13 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
         inherited += input->cost;
         inherited_bytes += static_cast<double>(input->nbytes) + input->dead_bytes;
       }
-  for (std::uint32_t i : fresh)
-    make_node_locked(results[i]->unsafeGetTensorImpl()->unsafe_storage(), Step{pending.rec, i},
-                     rec.cost + inherited, pending.task, pending.inputs, pending.leaves,
-                     inherited_bytes);
+  for (std::uint32_t i : fresh) {
+    Node* node = make_node_locked(results[i]->unsafeGetTensorImpl()->unsafe_storage(),
+                                  Step{pending.rec, i}, rec.cost + inherited, pending.task,
+                                  pending.inputs, pending.leaves, inherited_bytes);
+    if (pending.task == -1 && !pending.grad_mode && pending.droppable_bytes >= settings_.min_bytes)
+      watch_death_locked(node);
+  }
 }
 
 bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const {

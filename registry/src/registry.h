@@ -279,6 +279,9 @@ class Registry {
     bool grad_mode = false;       // at::GradMode when it ran
     bool plain = false;           // reads nothing that requires grad (Note [What plain inputs derive])
     std::size_t sparse_bytes = 0; // the parts of its sparse arguments (Note [Sparse arguments])
+    // Bytes of the tensors it keeps as they are (no node, no parameter) of min_bytes or
+    // more: what its recording may end up the last holder of (Note [Deaths worth a drain]).
+    std::size_t droppable_bytes = 0;
   };
   void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                       c10::ArrayRef<c10::IValue> args, Pending* pending);
@@ -544,6 +547,11 @@ class Registry {
   // wait that long.
   static constexpr std::int64_t kSweepEvery = 4096;
   std::int64_t next_sweep_ = 0;                 // guarded by mu_; in ops
+  // Nodes whose recordings keep tensors the program may drop: a death among them is
+  // drained at once (Note [Deaths worth a drain] in liveness.cpp). Guarded by mu_.
+  c10::SmallVector<Handle, 16> watched_;
+  void watch_death_locked(const Node* node);
+  bool watched_died_locked();
   std::uint64_t deaths_seen_ = 0;               // guarded by mu_; freed_marked_count read
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_

@@ -1123,11 +1123,10 @@ def a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees() -> None:
 
 
 def what_a_dead_nodes_recording_kept_goes_with_its_death() -> None:
-    # The held-memory audit's cause A (an expected failure in tests/test_remat.py): a no_grad
-    # solver loop that mixes an activation into each iterate (deep equilibrium models)
-    # records `relu(tmp + xi)` with `tmp`, no node, kept by the recording. The node and `tmp`
-    # die the next iteration; the recording goes only with a batch of 16 deaths, so eight
-    # iterations' `tmp`s stay.
+    # Note [Deaths worth a drain] (registry/src/liveness.cpp): a no_grad solver loop that
+    # mixes an activation into each iterate (deep equilibrium models) records `relu(tmp + xi)`
+    # with `tmp`, no node, kept by the recording. The node and `tmp` die the next iteration;
+    # the recording went only with a batch of 16 deaths, so eight iterations' `tmp`s stayed.
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(32, 32, 3, padding=1)
     x = torch.randn(32, 32, 16, 16)
