@@ -35,6 +35,13 @@ class FakeRegistry:
             self.ptrs[handle] = ptr
         return ptr
 
+    def close(self, *live):
+        """Frees ``live`` and what was not evicted, checks the engine's invariants, closes it."""
+        for p in [*live, *self.ptrs.values()]:
+            self.engine.free(p)
+        self.engine.check_invariants()
+        self.engine.close()
+
     def evict(self, handles):
         self.calls.append(list(handles))
         if self.refuse:
@@ -88,10 +95,7 @@ def test_crafted_layout_window_frees_contiguous_space(strategy):
     e.free(ptr)
     for p in pinned:
         e.free(p)
-    for p in list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close()
 
 
 def test_window_beats_dtr_in_bytes_and_cost():
@@ -137,10 +141,7 @@ def test_a_victim_of_last_resort_goes_only_when_nothing_else_serves(strategy):
     assert reg.calls == [[2]] and e.stats()["rung.evict_last_resort"] == 0
     kept.append(e.alloc(2 * MiB))
     assert reg.calls[-1] == [1] and e.stats()["rung.evict_last_resort"] == 1
-    for p in kept + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*kept)
 
 
 def test_an_out_of_memory_report_counts_victims_of_last_resort():
@@ -153,10 +154,7 @@ def test_an_out_of_memory_report_counts_victims_of_last_resort():
     with pytest.raises(OutOfMemoryError, match="evictable 2.00 MiB in 1 blocks"):
         e.alloc(4 * MiB)
     assert not reg.calls and 1 in reg.ptrs
-    for p in kept + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*kept)
 
 
 def test_eviction_cannot_help_a_request_larger_than_everything():
@@ -187,10 +185,7 @@ def test_evictions_free_whole_segments_for_a_request_no_segment_holds(strategy, 
     else:   # both released, a 30 MiB segment mapped
         assert stats["num_stitches"] == 0 and stats["num_device_free"] == 2
     e.free(big)
-    for p in list(reg.ptrs.values()):   # what was not evicted
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close()
 
 
 def test_proactive_eviction_keeps_allocated_under_the_threshold():
@@ -337,10 +332,7 @@ def test_window_frees_chunks_for_stitching_when_neither_a_window_nor_a_segment_c
     # marked h-th, so the order is 1, 2, ..., and the first seven blocks give 13 chunks.
     assert evicted == [1, 2, 3, 4, 5, 6, 7]
     e.free(big)
-    for p in pinned + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*pinned)
 
 
 def test_window_evicts_in_the_large_pool_for_a_small_request_it_can_borrow():
@@ -368,10 +360,7 @@ def test_window_evicts_in_the_large_pool_for_a_small_request_it_can_borrow():
     assert stats["num_small_borrows"] == 2 and stats["num_evictions"] == 1
     assert reg.calls == [[1]]           # the cheapest window that holds 1 MiB
     e.free(ptr)
-    for p in small_full + [sliver] + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*small_full, sliver)
 
 
 # --- evictable placement (Note [Evictable placement] in allocator/src/pool.h) ---------------
@@ -400,10 +389,7 @@ def test_small_evictable_blocks_keep_to_segments_of_their_own(placement):
         assert sorted(s["evictable_class"] for s in segments) == [False, True]
     else:           # best fit: all eight in one segment
         assert len(segments) == 1 and len(mixed) == 1
-    for p in stay + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*stay)
 
 
 @pytest.mark.parametrize("placement", [True, False])
@@ -422,10 +408,7 @@ def test_a_large_request_is_served_by_evicting_whole_small_segments(placement):
     else:   # every segment keeps blocks that stay: no eviction frees a whole one
         with pytest.raises(OutOfMemoryError, match="evictable 4.00 MiB in 16 blocks"):
             e.alloc(3 * MiB)
-    for p in stay + list(reg.ptrs.values()):
-        e.free(p)
-    e.check_invariants()
-    e.close()
+    reg.close(*stay)
 
 
 @pytest.mark.slow

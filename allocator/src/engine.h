@@ -361,6 +361,10 @@ class Engine {
   // same synchronization; false if there was none (Note [Long-lived requests do not
   // borrow] in reclaim.cpp).
   bool release_one_locked(std::size_t bytes);
+  // What both release first: a device-wide synchronization, retired and kept stitched
+  // mappings unmapped, every cached block made idle (its stream adopted), released graph
+  // pools' memory taken back; then a wholly free segment can be unmapped safely.
+  void quiesce_for_release_locked();
 
   // --- out of memory (oom_report.cpp) ---
   // What the report and the OOM callback say, read once at the failure.

@@ -165,12 +165,7 @@ bool Engine::trim_expandable_locked() {
   return trimmed;
 }
 
-bool Engine::release_cached_locked() {
-  pool_.flush_fast();  // tagged_streams() below reads the free sets only
-  bool released_free = false;  // a released graph pool's free memory (Note [Graph pools])
-  for (std::uint64_t p : released_pools_) released_free |= pool_.has_free_with_tag(graph_pool_tag(p));
-  if (!pool_.has_free_segment() && !has_trimmable_locked() && !released_free) return false;
-  BlockedTimer timer(blocked_ns_);
+void Engine::quiesce_for_release_locked() {
   // cuMemUnmap does not wait for kernels still using the memory (cudaFree did), and a
   // free block may still be in use by work queued on its stream. So wait for everything —
   // which also makes every cached block idle: adopting their streams lets pieces freed on
@@ -181,6 +176,15 @@ bool Engine::release_cached_locked() {
   unmap_kept_locked(/*wait=*/false);     // before the segments they map (Note [Keeping stitched mappings])
   for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
   adopt_released_pools_locked();
+}
+
+bool Engine::release_cached_locked() {
+  pool_.flush_fast();  // tagged_streams() below reads the free sets only
+  bool released_free = false;  // a released graph pool's free memory (Note [Graph pools])
+  for (std::uint64_t p : released_pools_) released_free |= pool_.has_free_with_tag(graph_pool_tag(p));
+  if (!pool_.has_free_segment() && !has_trimmable_locked() && !released_free) return false;
+  BlockedTimer timer(blocked_ns_);
+  quiesce_for_release_locked();
   for (Segment* seg : pool_.take_releasable_segments()) unmap_segment_locked(seg);
   trim_expandable_locked();
   return true;
@@ -190,14 +194,7 @@ bool Engine::release_one_locked(std::size_t bytes) {
   pool_.flush_fast();
   if (!pool_.has_free_segment()) return false;
   BlockedTimer timer(blocked_ns_);
-  // As release_cached_locked: the free block may still be in use by queued work, and
-  // stitched ranges may map its pieces; both are done with after this.
-  backend_->synchronize_device();
-  ++pool_.stats().num_sync_all_streams;
-  unmap_retired_locked(/*wait=*/true);
-  unmap_kept_locked(/*wait=*/false);
-  for (StreamId s : pool_.tagged_streams()) pool_.adopt_stream(s);
-  adopt_released_pools_locked();
+  quiesce_for_release_locked();
   Segment* seg = pool_.take_free_segment(bytes);
   if (!seg) return false;
   unmap_segment_locked(seg);
