@@ -240,3 +240,56 @@ def pyalloc_runs_out_of_memory() -> None:
 def test_pyalloc_running_out_of_memory_fails_the_trial_and_the_model_trains_after():
     out = run_python("-c", "import test_trial; test_trial.pyalloc_runs_out_of_memory()")
     assert out.strip().endswith("ok")
+
+
+class Mixed(nn.Module):
+    """Parameters of two dtypes, a 0-d integer buffer and a tied weight: what a snapshot of
+    a state dict must bring back exactly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(6, 4)
+        self.head = nn.Linear(4, 6, bias=False)
+        self.head.weight = self.emb.weight
+        self.half = nn.Linear(4, 3).to(torch.bfloat16)
+        self.norm = nn.BatchNorm1d(4)   # running stats and num_batches_tracked (int64, 0-d)
+
+
+def test_a_host_snapshot_brings_back_every_tensor_of_the_state_bit_for_bit():
+    torch.manual_seed(0)
+    model = Mixed()
+    model.norm(torch.randn(5, 4))   # the running statistics and the counter move
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    snapshot = trial.HostSnapshot(model)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            t.add_(3)
+    snapshot.restore(model)
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    for k, v in before.items():
+        assert after[k].dtype == v.dtype and after[k].shape == v.shape, k
+        assert torch.equal(after[k].view(-1).view(torch.uint8), v.view(-1).view(torch.uint8)), k
+    assert model.head.weight is model.emb.weight   # restored in place: still tied
+
+
+def snapshot_holds_no_pool_memory():
+    import pyalloc
+    pyalloc.install(device="cpu", budget="64MiB")
+    model = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256))
+    held = pyalloc.memory_stats()["allocated_bytes.all.current"]
+    snapshot = trial.HostSnapshot(model)
+    assert pyalloc.memory_stats()["allocated_bytes.all.current"] == held
+    weight = model[0].weight.detach().clone()
+    with torch.no_grad():
+        model[0].weight.zero_()
+    snapshot.restore(model)
+    assert torch.equal(model[0].weight, weight)
+    print("ok")
+
+
+def test_a_host_snapshot_keeps_its_copy_out_of_the_budget_under_test():
+    """The copy is the harness's, not the program's: on the simulated device it must not sit
+    in the pool (it had filled the segment the optimizer's state shares with the model)."""
+    out = run_python("-c", "import test_trial; test_trial.snapshot_holds_no_pool_memory()")
+    assert out.strip().endswith("ok")

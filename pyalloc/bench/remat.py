@@ -54,7 +54,7 @@ from typing import Any, Dict, List, Optional
 
 
 from pyalloc.bench.suite import largest_batch
-from pyalloc.bench.trial import Training, device_sync, run_steps, run_trial, task_training
+from pyalloc.bench.trial import HostSnapshot, Training, device_sync, run_steps, run_trial, task_training
 
 STRATEGIES = ("dtr", "dte", "window")
 CONFIGS = ("baseline", "checkpoint") + STRATEGIES + ("floor",)
@@ -97,14 +97,14 @@ class Worker:
         if getattr(self, "model", None) is None:
             torch.manual_seed(0)
             self.model = self.task.build().to(self.dev)
-            self.initial = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.initial = HostSnapshot(self.model)
             if self.config == "checkpoint":
                 from torch.utils.checkpoint import checkpoint
 
                 for block in self.blocks(self.model):
                     block.forward = (lambda f: lambda *a: checkpoint(f, *a, use_reentrant=False))(
                         block.forward)
-        self.model.load_state_dict(self.initial)
+        self.initial.restore(self.model)
         self.model.zero_grad(set_to_none=True)
         return self.model
 

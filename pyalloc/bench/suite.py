@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from pyalloc.bench.trial import Training, device_sync, run_trial, task_training
+from pyalloc.bench.trial import HostSnapshot, Training, device_sync, run_trial, task_training
 
 CONFIGS = ("stock", "expandable", "checkpoint", "recompute", "swap", "hybrid")
 CUDA_ONLY = ("expandable",)            # a setting of PyTorch's CUDA allocator
@@ -214,7 +214,7 @@ class Trainer:
         torch.backends.cudnn.benchmark = False
         torch.manual_seed(0)
         self.model = self.task.build().to(self.dev)
-        self.initial = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.initial = HostSnapshot(self.model)
         if config == "checkpoint":
             from torch.utils.checkpoint import checkpoint
 
@@ -240,7 +240,7 @@ class Trainer:
         before = self.memory.counters()
 
         def setup() -> Training:
-            self.model.load_state_dict(self.initial)
+            self.initial.restore(self.model)
             self.model.zero_grad(set_to_none=True)
             opt = self.torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
             return task_training(self.task, self.model, opt, batch, self.dev)

@@ -48,6 +48,35 @@ THRASH_LIMIT = "thrash limit"
 NON_FINITE_LOSS = "non-finite loss"
 
 
+class HostSnapshot:
+    """A module's parameters and buffers as they are now, kept where no budget under test
+    counts them, to reset the module in place before each trial (:meth:`restore`).
+
+    A harness that builds the model once and resets it per trial needs a copy of the
+    initial state; a copy on the device sits in the budget being measured, beside the
+    model, as memory a user's program would not have. On the simulated device it filled
+    the long-lived segment the parameters share with the optimizer's state, so the
+    momentum buffers spilled into the segments activations use and kept them from freeing
+    whole (the zoo's ResNet under recompute). So the bytes are copied into numpy-owned host
+    memory: not the simulated device's (every torch CPU tensor is), and not a GPU's.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._saved = {}
+        for name, t in module.state_dict().items():
+            flat = t.detach().contiguous().reshape(-1)
+            raw = flat.view(torch.uint8) if flat.numel() else flat.to(torch.uint8)
+            # .copy(): numpy's own memory (on the simulated device .numpy() shares the
+            # tensor's, which the pool counts).
+            self._saved[name] = (raw.cpu().numpy().copy(), t.dtype, tuple(t.shape))
+
+    def restore(self, module: torch.nn.Module) -> None:
+        """Copies the saved state back into ``module``'s own tensors (load_state_dict)."""
+        state = {name: torch.from_numpy(raw).view(dtype).reshape(shape)
+                 for name, (raw, dtype, shape) in self._saved.items()}
+        module.load_state_dict(state)
+
+
 @dataclass
 class Training:
     """What a step trains: ``loss(model, *inputs)``, backward, ``optimizer.step()``."""
