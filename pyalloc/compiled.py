@@ -111,9 +111,44 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _guard_graphs() -> None:
+    """Every graph inductor compiled, forward and backward, holds all its inputs for its run
+    and runs with the registry aside. The inputs are more than the compiled callable's
+    arguments: dynamo lifts into the graph what the code reads from attributes, dicts,
+    closures and globals (a module's tap of an eager activation), and a graph after a graph
+    break gets its inputs from eager code in between. :func:`guard` held only the
+    callable's arguments and :func:`_guard_backward` only its outputs' gradients: a lifted
+    activation that was evicted was read by the kernel where it was not (the evicted-memory
+    error), in forward and in the compiled backward. Where this torch has no such class
+    (the layout of ``torch._inductor`` is not public), the callable-level guard is all."""
+    try:
+        from torch._inductor.output_code import CompiledFxGraph
+    except ImportError:
+        try:
+            from torch._inductor.codecache import CompiledFxGraph  # torch < 2.6
+        except ImportError:
+            return
+    original = CompiledFxGraph.__call__
+    if getattr(original, "__pyalloc_guarded__", False):
+        return
+
+    @functools.wraps(original)
+    def __call__(self: Any, inputs: Any) -> Any:
+        reg = registry.active()
+        if reg is None:
+            return original(self, inputs)
+        # Taken before the call: the generated code empties `inputs` as it goes.
+        with _Aside(reg, _tensors(list(inputs))):
+            return original(self, inputs)
+
+    __call__.__pyalloc_guarded__ = True  # type: ignore[attr-defined]
+    CompiledFxGraph.__call__ = __call__
+
+
 def _compile(model: Any = None, **kwargs: Any) -> Any:
     """``torch.compile`` whose result runs under :func:`guard`."""
     assert _original_compile is not None
+    _guard_graphs()  # here, not in enable(): importing inductor takes a second
     if model is None:  # used as @torch.compile(mode=...)
         return lambda fn: _compile(fn, **kwargs)
     compiled = _original_compile(model, **kwargs)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import sys
@@ -51,6 +52,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from . import _torch_shim, state
 from .options import parse_conf
@@ -173,6 +175,14 @@ _threads_started = _ThreadsStarted()
 #   from the storage first, as an op's write would (Note [Storages resized outside the
 #   dispatcher] there): before, the next write of the parameter settled its readers from
 #   memory just reallocated, and activations came back from garbage.
+# * Subclasses: a `__torch_dispatch__` subclass (torchao's float8 and scaled tensors, a
+#   user's wrapper) keeps plain tensors inside, and its handler runs ops on them below every
+#   key above Python's, the registry's included, so those ops never restore them. A float8
+#   cast of an activation is a node, evicted like any, and the subclass's next op read it
+#   where it was not. So while a policy runs, the `__torch_dispatch__` of every subclass
+#   (those defined before and, through `__init_subclass__`, after) holds the plain tensors
+#   inside its tensor arguments (`__tensor_flatten__`'s, else the instance's attributes)
+#   for the call. PyTorch's own (FakeTensor, FunctionalTensor: no real storage) are left.
 # `untyped_storage()` itself is left alone: code that sums storage sizes (a memory report)
 # would otherwise bring back everything it looks at, and an evicted storage's nbytes() of 0
 # is the truth about where its memory is. Reads through `data_ptr()` (a Triton or CUDA
@@ -200,6 +210,60 @@ class _StorageAccess:
         if cls._plain(t) and not t.requires_grad and _torch_shim.load().pyalloc_registry_expose(
                 t.untyped_storage()._cdata, 1) != 0:
             raise _torch_shim.last_exception()
+
+    @staticmethod
+    def _inner_plain(values: Any, out: List[torch.Tensor], depth: int = 0) -> None:
+        """The plain tensors inside the subclass instances among ``values``."""
+        for value in tree_leaves(values):
+            if not isinstance(value, torch.Tensor) or _StorageAccess._plain(value) or depth > 4:
+                continue
+            flatten = getattr(value, "__tensor_flatten__", None)
+            try:
+                inner = [getattr(value, n) for n in flatten()[0]] if flatten else \
+                    list(vars(value).values())
+            except Exception:  # a subclass's own business; holding is best effort
+                continue
+            for t in inner:
+                if isinstance(t, torch.Tensor):
+                    if _StorageAccess._plain(t):
+                        out.append(t)
+                    else:
+                        _StorageAccess._inner_plain(t, out, depth + 1)
+
+    def _wrap_dispatch(self, cls: Any) -> None:
+        """Holds what `cls`'s instances keep inside, for its ``__torch_dispatch__``."""
+        original = cls.__dict__.get("__torch_dispatch__")
+        if not isinstance(original, classmethod) or \
+                getattr(original.__func__, "__pyalloc_holds__", False) or \
+                (cls.__module__ or "").startswith(("torch._subclasses", "torch._functorch")):
+            return
+        fn = original.__func__
+
+        def __torch_dispatch__(klass: Any, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            registry = _current
+            if registry is not None:
+                inner: List[torch.Tensor] = []
+                _StorageAccess._inner_plain((args, kwargs), inner)
+                if inner:
+                    with registry.holding(inner):
+                        return fn(klass, func, types, args, kwargs)
+            return fn(klass, func, types, args, kwargs)
+
+        functools.update_wrapper(__torch_dispatch__, fn)
+        __torch_dispatch__.__pyalloc_holds__ = True  # type: ignore[attr-defined]
+        self._saved.append((cls, "__torch_dispatch__", original))
+        setattr(cls, "__torch_dispatch__", classmethod(__torch_dispatch__))
+
+    def _wrap_subclasses(self) -> None:
+        seen, todo = set(), list(torch.Tensor.__subclasses__())
+        while todo:
+            cls = todo.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            todo.extend(cls.__subclasses__())
+            self._wrap_dispatch(cls)
 
     def _wrap(self, name: str, original: Any) -> Any:
         plain, export = self._plain, self._export
@@ -240,6 +304,16 @@ class _StorageAccess:
 
             for name in self._HOLD + self._EXPORT:
                 replace(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+            self._wrap_subclasses()
+            access = self
+
+            def __init_subclass__(cls: Any, **kwargs: Any) -> None:
+                super(torch.Tensor, cls).__init_subclass__(**kwargs)
+                with access._lock:
+                    if access._users > 0:
+                        access._wrap_dispatch(cls)
+
+            replace(torch.Tensor, "__init_subclass__", classmethod(__init_subclass__))
             replace(torch.UntypedStorage, "resize_",
                     self._wrap_resize(torch.UntypedStorage.resize_))
             prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
@@ -358,6 +432,9 @@ class Registry:
         pinned: neither evicted nor moved (Note [Holding for compiled code] in
         registry/src/registry.h)."""
         keys = [t.untyped_storage()._cdata for t in tensors]
+        # Not the tensors themselves: a compiled graph frees its inputs as it goes (it
+        # empties the list it is given), and a reference here would keep them to the end.
+        del tensors
         if not keys:
             yield
             return

@@ -34,3 +34,15 @@ def test_compiled_regions_train_bit_identically_under_recompute_and_swap():
         assert got["losses"] == plain["losses"], policy
         assert got["digest"] == plain["digest"], policy
         assert "CUDA graph capture is not supported while policy=" in got["capture"], policy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["recompute", "swap"])
+def test_a_compiled_region_holds_the_activations_dynamo_lifts_into_its_graph(policy):
+    # Found by tools/user_programs/compiled_model.py: a compiled head reading an eager
+    # block's output from a dict it shares with the model (pyalloc/compiled.py, _guard_graphs).
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "programs" /
+                                               "compiled_lifted_input.py"), policy],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert proc.stdout.strip().endswith("ok")

@@ -163,6 +163,18 @@ def test_what_a_dead_nodes_recording_kept_goes_with_its_death():
     run_unit("remat_units", "what_a_dead_nodes_recording_kept_goes_with_its_death")
 
 
+def test_what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it():
+    # Found by tools/user_programs/subclass_float8_linear.py (a torchao-style float8 linear):
+    # Note [Storage access around the dispatcher] in pyalloc/registry.py.
+    run_unit("remat_units", "what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it")
+
+
+def test_a_composite_op_on_a_vmap_wrapper_makes_no_node_inside():
+    # Found by tools/user_programs/cummax_gradbatch.py (an is_grads_batched penalty): Note
+    # [Composite ops on wrappers] in registry/src/dispatch.cpp.
+    run_unit("remat_units", "a_composite_op_on_a_vmap_wrapper_makes_no_node_inside")
+
+
 def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
     # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
     run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")

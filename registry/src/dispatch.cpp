@@ -39,14 +39,15 @@ namespace {
 // Keys on a tensor whose storage is not plain memory of the managed device: subclasses
 // and FakeTensor (Python), functorch's wrappers, functionalization. Such tensors are never
 // nodes, and an op that takes one is never recorded (run_op).
-constexpr c10::DispatchKeySet kWrapperKeys({
-    c10::DispatchKey::Python,
+constexpr c10::DispatchKeySet kCppWrapperKeys({
     c10::DispatchKey::Functionalize,
     c10::DispatchKey::FuncTorchBatched,
     c10::DispatchKey::FuncTorchGradWrapper,
     c10::DispatchKey::BatchedNestedTensor,
     c10::DispatchKey::Batched,
 });
+constexpr c10::DispatchKeySet kWrapperKeys =
+    kCppWrapperKeys | c10::DispatchKeySet(c10::DispatchKey::Python);
 
 void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
   c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
@@ -102,13 +103,29 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
   const OpInfo& info = op_info(op);
   // See Note [Rebinding a tensor's data].
   if (info.rebinds && stack->size() >= 2) reg.before_rebind(stack->at(stack->size() - 2).toTensor());
-  if (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
-      (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA))) {
+  // Not on functorch's or legacy vmap's wrappers: See Note [Composite ops on wrappers].
+  if ((ks & kCppWrapperKeys).empty() &&
+      (info.composite || (info.autocast_cpu && ks.has(c10::DispatchKey::AutocastCPU)) ||
+       (info.autocast_cuda && ks.has(c10::DispatchKey::AutocastCUDA)))) {
     op.redispatchBoxed(below, stack);  // the key stays included: See Note [Composite ops]
     return;
   }
   reg.run_op(op, below, stack, info);
 }
+
+// Note [Composite ops on wrappers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A composite op keeps the key on so that its pieces are seen (Note [Composite ops] in
+// op_info.cpp). On a vmap wrapper (functorch's, or legacy vmap's, which
+// `autograd.grad(..., is_grads_batched=True)` runs backward under) the pieces run inside
+// batching rules, on the physical tensors below the wrapper: legacy vmap's for-loop
+// fallback slices, runs the op per slice and `stack`s the results, all of it with the key
+// on, so the stacked storage was recorded as a node and held inside a BatchedTensor. The
+// next batching rule reads it below the registry, where an eviction had left nothing: an
+// input-gradient penalty computed with `is_grads_batched` stopped with the evicted-memory
+// error under all three policies. So an op on such a wrapper is foreign like any other:
+// run_op restores and pins the plain tensors it reads and passes it through with the key
+// off, and nothing inside becomes a node.
 
 // Note [Fills a write makes activations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -1200,6 +1200,104 @@ def a_step_of_several_backward_passes_holds_none_of_its_own_activations() -> Non
     assert held <= plain + act_bytes // 2, (held, plain, act_bytes)   # before: + act_bytes
 
 
+class _Wrapper(torch.Tensor):
+    """A `__torch_dispatch__` subclass that keeps a plain tensor inside and runs every op on
+    it, as torchao's float8 tensors keep their data: defined before install()."""
+
+    @staticmethod
+    def __new__(cls, data):
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype,
+                                                   device=data.device)
+
+    def __init__(self, data):
+        self._data = data
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+        unwrap = lambda t: t._data if isinstance(t, _Wrapper) else t  # noqa: E731
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+
+def what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it() -> None:
+    # Note [Storage access around the dispatcher] in pyalloc/registry.py: a subclass's own
+    # ops run on its inner tensors below the registry's key. Before, an op on a subclass
+    # holding an evicted activation read it where it was not (the evicted-memory error).
+    class Flattened(torch.Tensor):   # defined under the policy, with __tensor_flatten__
+        @staticmethod
+        def __new__(cls, data, scale):
+            return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype,
+                                                       device=data.device)
+
+        def __init__(self, data, scale):
+            self._data, self._scale = data, scale
+
+        def __tensor_flatten__(self):
+            return ["_data", "_scale"], None
+
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            from torch.utils._pytree import tree_map
+            unwrap = lambda t: t._data * t._scale if isinstance(t, Flattened) else t  # noqa: E731
+            return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        a = torch.tanh(x * 2)                    # activations: nodes
+        b = torch.sigmoid(x * 3)
+        plain, flat = _Wrapper(a.detach()), Flattened(b.detach(), (x * 0.5).detach())
+        want_plain, want_flat = (plain + 1).sum(), (flat * 2).sum()
+        for t in (a, b):
+            assert reg.evict([reg.node_of(t).handle]) == 1
+        assert torch.equal((plain + 1).sum(), want_plain)
+        assert torch.equal((flat * 2).sum(), want_flat)
+        assert reg.recomputes >= 2
+    # Outside the policy the classes run their own __torch_dispatch__ again.
+    for cls in (_Wrapper, Flattened):
+        assert not getattr(cls.__dict__["__torch_dispatch__"].__func__, "__pyalloc_holds__", False)
+
+
+def a_composite_op_on_a_vmap_wrapper_makes_no_node_inside() -> None:
+    # Note [Composite ops on wrappers] in registry/src/dispatch.cpp: legacy vmap (which
+    # autograd.grad(is_grads_batched=True) runs backward under) ran a composite op's pieces,
+    # `stack` included, with the registry's key on: the stacked storage became a node inside
+    # a BatchedTensor, and the next batching rule read it evicted.
+    import warnings
+    from torch._vmap_internals import _vmap
+    x = torch.randn(4, 64, 64, requires_grad=True)
+
+    def vmapped(evict: bool) -> torch.Tensor:
+        with pyalloc.recompute(min_bytes=0) as reg, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def f(t):
+                d = torch.diff(t, dim=0)             # composite
+                if evict:
+                    reg.evict(list(reg.nodes))
+                return d * 2
+
+            return _vmap(f)(x * 1).detach()
+
+    assert torch.equal(vmapped(False), vmapped(True))
+    z = torch.randn(16, 32, 8, requires_grad=True)
+
+    def penalty(evict: bool) -> torch.Tensor:
+        with pyalloc.recompute(min_bytes=0) as reg:
+            a = z * 2
+            c = torch.cummax(a, dim=1).values * a
+            if evict:
+                c.register_hook(lambda g: (reg.evict(list(reg.nodes)), None)[1])
+            (gz,) = torch.autograd.grad(c.mean((1, 2)), z, torch.eye(16)[:4],
+                                        is_grads_batched=True)
+            return gz
+
+    assert torch.equal(penalty(False), penalty(True))
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1234,4 +1332,6 @@ if __name__ == "__main__":
           a_copy_kept_across_iterations_keeps_no_earlier_iteration_behind_it,
           a_reversible_network_keeps_no_lineage_heavier_than_what_it_frees,
           what_a_dead_nodes_recording_kept_goes_with_its_death,
-          a_step_of_several_backward_passes_holds_none_of_its_own_activations])
+          a_step_of_several_backward_passes_holds_none_of_its_own_activations,
+          what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it,
+          a_composite_op_on_a_vmap_wrapper_makes_no_node_inside])
