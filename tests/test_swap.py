@@ -301,6 +301,12 @@ def test_what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_
              "what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit")
 
 
+def test_what_an_op_on_a_subclass_returns_leaves_as_a_host_copy():
+    # Found by tools/user_programs/subclass_float8_linear.py: Note [What a subclass's op
+    # returns] in registry/src/dispatch.cpp.
+    run_unit("swap_units", "what_an_op_on_a_subclass_returns_leaves_as_a_host_copy")
+
+
 def test_a_full_host_pool_without_lineage_to_fall_back_on_is_an_oom_naming_the_pool():
     out = run_program("host_pool_full_oom")
     assert "oom: pyalloc: out of memory" in out

@@ -127,6 +127,18 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // run_op restores and pins the plain tensors it reads and passes it through with the key
 // off, and nothing inside becomes a node.
 
+// Note [What a subclass's op returns]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op on a `__torch_dispatch__` subclass is never recorded: its replay would run the
+// subclass's Python again, which may do anything (a DTensor's collectives). But what it
+// returns may be plain: a float8 matmul (torchao's, or a user's scaled tensor) returns its
+// output upcast, and those outputs, the largest activations of such a model, could never
+// leave: a float8 transformer ran out of memory at 0.5 of its peak under every policy with
+// 68 MiB of linear outputs resident. Under swap and hybrid a plain result of such an op
+// is a node without lineage, which leaves as a host copy, as what backward makes does
+// (Note [Backward nodes] in backward.cpp). Not under a dispatch mode (FakeTensor's), and
+// not for a view (its storage is the input's).
+
 // Note [Fills a write makes activations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `out = torch.zeros(...); out[:, :k] = f(x)` — a buffer filled by a factory, then written
@@ -438,7 +450,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // before active_ is set, so it may be read here without the lock).
   KeyList read_keys;
   KeyList sparse_parts;  // the dense parts of sparse arguments (Note [Sparse arguments])
-  bool requires_grad = false, foreign = false, sparse = false;
+  bool requires_grad = false, foreign = false, sparse = false, python_subclass = false;
   std::size_t largest_read = 0;  // bytes of the largest storage read
   c10::Device device(settings_.device_type);
   const auto read = [&](const at::TensorBase& t, const c10::StorageImpl* key) {
@@ -451,6 +463,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // a Python number
       if (!(t.key_set() & kWrapperKeys).empty() || t.is_nested()) {
         foreign = true;
+        python_subclass = python_subclass || t.key_set().has(c10::DispatchKey::Python);
         return;
       }
       c10::StorageImpl* key = storage_of(t);
@@ -479,7 +492,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool backward_fill = info.fill && !foreign && !sparse && !can_swap_ &&
                              !at::GradMode::is_enabled() &&
                              torch::autograd::get_current_graph_task_id() != -1;
-  if (read_keys.empty() && !fills && !backward_fill) return pass_through(op, ks, stack);
+  // See Note [What a subclass's op returns].
+  const bool subclass_made = python_subclass && can_swap_ && !info.aliases_only &&
+                             c10::impl::TorchDispatchModeTLS::stack_len() == 0;
+  if (read_keys.empty() && !fills && !backward_fill && !subclass_made)
+    return pass_through(op, ks, stack);
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
   const bool grad_mode = at::GradMode::is_enabled();
 
@@ -530,7 +547,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
   // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
   // [Backward nodes] in backward.cpp.
-  const bool bare = !foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only;
+  // Note [What a subclass's op returns]: a plain result of an op on a Python subclass too.
+  const bool bare = subclass_made ||
+                    (!foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only);
   // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
   // Note [What plain inputs derive]. (An output is at most eight times its largest input
   // per element here, so smaller inputs cannot make a storage of min_bytes.)

@@ -104,8 +104,48 @@ def bad_policy_arguments_name_the_problem() -> None:
             pass
 
 
+def what_an_op_on_a_subclass_returns_leaves_as_a_host_copy() -> None:
+    # Note [What a subclass's op returns] in registry/src/dispatch.cpp: a float8-style
+    # subclass whose matmul returns its output upcast, as a plain tensor. Under swap that
+    # output is a node without lineage; under recompute it stays what it was, no node.
+    from torch.utils._pytree import tree_map
+
+    class Scaled(torch.Tensor):
+        @staticmethod
+        def __new__(cls, data, scale):
+            return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=torch.float32,
+                                                       device=data.device)
+
+        def __init__(self, data, scale):
+            self._data, self._scale = data, scale
+
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            unwrap = lambda t: t._data.float() * t._scale if isinstance(t, Scaled) else t  # noqa: E731
+            return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+    a = torch.randn(256, 256)
+    w = Scaled(torch.randn(256, 256).to(torch.bfloat16), torch.tensor(0.5))
+    want = torch.mm(a, w)
+    for policy in ("swap", "recompute"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, prefetch=0) as reg:
+            out = torch.mm(a, w)                 # plain: the subclass upcast it
+            assert type(out) is torch.Tensor and torch.equal(out, want)
+            node = reg.node_of(out)
+            if policy == "recompute":
+                assert node is None
+                continue
+            assert node is not None
+            assert reg.evict([node.handle]) == 1 and reg.node_of(out).evicted
+            assert torch.equal(out * 1, want)    # swapped back in
+            assert reg.stats()["swap_ins"] >= 1
+
+
 if __name__ == "__main__":
     main([a_tensor_without_lineage_is_swapped_and_a_failed_swap_in_loses_nothing,
           what_backward_makes_leaves_as_a_host_copy_and_comes_back_bit_for_bit,
           what_a_reentrant_checkpoint_hands_back_leaves_as_a_host_copy_and_comes_back_bit_for_bit,
-          bad_policy_arguments_name_the_problem])
+          bad_policy_arguments_name_the_problem,
+          what_an_op_on_a_subclass_returns_leaves_as_a_host_copy])
