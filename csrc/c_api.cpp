@@ -404,6 +404,13 @@ int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine, pyalloc_movable
   return 0;
 }
 
+int pyalloc_engine_set_oom_describe_callback(pyalloc_engine* engine, pyalloc_describe_fn describe,
+                                             void* context) {
+  PYALLOC_CHECK_ENGINE(engine);
+  engine->set_oom_describe_callback(describe, context);
+  return 0;
+}
+
 int pyalloc_engine_compact(pyalloc_engine* engine, size_t size, uintptr_t stream, size_t* moved) {
   PYALLOC_CHECK_ENGINE(engine);
   if (!moved) return fail("moved is NULL");

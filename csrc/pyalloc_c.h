@@ -133,6 +133,13 @@ typedef size_t (*pyalloc_relocate_fn)(void* context, const uintptr_t* from, cons
 PYALLOC_API int pyalloc_engine_set_compact_callbacks(pyalloc_engine* engine,
                                                      pyalloc_movable_fn movable,
                                                      pyalloc_relocate_fn relocate, void* context);
+/* What a policy adds to an out-of-memory report (the registry: activations it can no longer
+ * recompute). `describe` writes at most `capacity` bytes to `out` and returns how many (0:
+ * nothing); it runs outside the engine lock, on the failing thread. NULL removes it. */
+typedef size_t (*pyalloc_describe_fn)(void* context, char* out, size_t capacity);
+PYALLOC_API int pyalloc_engine_set_oom_describe_callback(pyalloc_engine* engine,
+                                                         pyalloc_describe_fn describe,
+                                                         void* context);
 /* Runs the compaction rung now for a request of `size` bytes on `stream`, as if no block
  * held it (tests and tools); *moved: how many storages moved. */
 PYALLOC_API int pyalloc_engine_compact(pyalloc_engine* engine, size_t size, uintptr_t stream,

@@ -175,6 +175,12 @@ def test_a_composite_op_on_a_vmap_wrapper_makes_no_node_inside():
     run_unit("remat_units", "a_composite_op_on_a_vmap_wrapper_makes_no_node_inside")
 
 
+def test_an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild():
+    # Found by tools/user_programs/fsdp2_world1.py under recompute: Note [What the registry
+    # adds to a report] in registry/src/inspect.cpp.
+    run_unit("remat_units", "an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild")
+
+
 def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
     # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
     run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")

@@ -97,6 +97,12 @@ class Engine {
   // device_total) and the report. The lock is free: it may call into the engine (stats,
   // snapshots, frees). nullptr: none.
   using OomCallback = void (*)(void* context, const char* info_json);
+  // What a policy adds to an out-of-memory report about what it holds: at most `capacity`
+  // bytes written to `out`, their count returned (0: nothing). Called with the engine's lock
+  // dropped, on the failing thread, before the error goes back (Note [What the registry
+  // adds to a report] in registry/src/inspect.cpp).
+  using DescribeCallback = std::size_t (*)(void* context, char* out, std::size_t capacity);
+  void set_oom_describe_callback(DescribeCallback describe, void* context);
   void set_oom_callback(OomCallback callback, void* context);
   std::string check_invariants();
   void reset_peak_stats();
@@ -474,6 +480,8 @@ class Engine {
   std::string last_oom_info_json_;     // guarded by mutex_; what the OOM callback gets
   OomCallback oom_callback_ = nullptr;  // guarded by mutex_
   void* oom_context_ = nullptr;         // guarded by mutex_
+  DescribeCallback describe_callback_ = nullptr;  // guarded by mutex_
+  void* describe_context_ = nullptr;              // guarded by mutex_
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
   std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch

@@ -5,6 +5,7 @@
 // the change most likely to help, cheapest first. A snapshot of the pool at the failure
 // is kept beside it (last_oom_json), because by the time the error reaches the caller
 // the failed op's temporaries are gone.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -50,13 +51,26 @@ void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId st
 void* Engine::out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size,
                             std::size_t rounded, StreamId stream, Status* status) {
   fail_oom_locked(size, rounded, stream, status);
-  if (!oom_callback_) return nullptr;
+  if (!oom_callback_ && !describe_callback_) return nullptr;
   OomCallback callback = oom_callback_;
   void* context = oom_context_;
-  const std::string info = last_oom_info_json_;
+  DescribeCallback describe = describe_callback_;
+  void* describe_context = describe_context_;
+  const std::string info = callback ? last_oom_info_json_ : std::string();
   lock.unlock();  // See Note [Calling out] in reclaim.cpp.
-  callback(context, info.c_str());
+  if (describe) {
+    char extra[1024];
+    const std::size_t n = std::min(describe(describe_context, extra, sizeof extra), sizeof extra);
+    if (n > 0) *status = Status(status->code(), status->message() + "\n" + std::string(extra, n));
+  }
+  if (callback) callback(context, info.c_str());
   return nullptr;
+}
+
+void Engine::set_oom_describe_callback(DescribeCallback describe, void* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  describe_callback_ = describe;
+  describe_context_ = context;
 }
 
 void Engine::set_oom_callback(OomCallback callback, void* context) {

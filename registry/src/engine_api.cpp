@@ -38,6 +38,7 @@ std::string bind(const char* library_path) {
   resolve(lib, "pyalloc_free", &a.pluggable_free, &missing);
   resolve(lib, "pyalloc_engine_set_evict_callback", &a.set_evict_callback, &missing);
   resolve(lib, "pyalloc_engine_set_compact_callbacks", &a.set_compact_callbacks, &missing);
+  resolve(lib, "pyalloc_engine_set_oom_describe_callback", &a.set_oom_describe_callback, &missing);
   resolve(lib, "pyalloc_engine_set_evictable", &a.set_evictable, &missing);
   resolve(lib, "pyalloc_engine_set_last_resort_evictable", &a.set_last_resort_evictable, &missing);
   resolve(lib, "pyalloc_engine_touch", &a.touch, &missing);

@@ -25,6 +25,7 @@ struct Api {
   int (*set_evict_callback)(pyalloc_engine*, pyalloc_evict_fn, void*) = nullptr;
   int (*set_compact_callbacks)(pyalloc_engine*, pyalloc_movable_fn, pyalloc_relocate_fn,
                                void*) = nullptr;
+  int (*set_oom_describe_callback)(pyalloc_engine*, pyalloc_describe_fn, void*) = nullptr;
   int (*set_evictable)(pyalloc_engine*, void*, uint64_t, double) = nullptr;
   int (*set_last_resort_evictable)(pyalloc_engine*, void*, uint64_t, double) = nullptr;
   int (*touch)(pyalloc_engine*, void*) = nullptr;

@@ -2,11 +2,49 @@
 #include "own_ops.h"
 #include "registry.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
 namespace pyalloc::registry {
 // --- inspection ------------------------------------------------------------------------------
+
+// Note [What the registry adds to a report]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine's report sees blocks: evictable, or not. Under recompute, activations whose
+// lineage was cut (frozen: what they were made from was freed, resized or written where
+// the registry could not follow) are resident nodes that can neither be recomputed nor,
+// without a host pool, move, and to the engine they look like parameters. FSDP2 under
+// recompute ran out of memory at 0.5 of its peak with 47 MiB of them and 128 KiB evictable,
+// and the report blamed fragmentation: resharding frees each gathered parameter with
+// `resize_(0)`, which freezes everything recorded from it (Note [Storages resized outside
+// the dispatcher] in restore.cpp). So the report asks the registry, which names those bytes
+// and the ways out. Called by the engine with its own lock dropped; the registry never
+// allocates while it holds its mutex (an allocation may call back to evict), so taking the
+// mutex here cannot deadlock on this thread.
+std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
+  Lock lock(mu_);
+  if (!active_.load() || can_swap_ || can_relocate_) return 0;  // frozen nodes can leave
+  std::uint64_t frozen = 0;
+  std::size_t count = 0;
+  for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+    const c10::StorageImpl* s = node->peek();
+    if (node->lineage() || node->evicted || node->fixed || !s || !data_of(&*s)) continue;
+    frozen += node->nbytes;
+    ++count;
+  }
+  if (frozen < (1u << 20)) return 0;
+  const int n = std::snprintf(
+      out, capacity,
+      "  registry: %.2f MiB in %zu activations can no longer be recomputed (what they were "
+      "made from was freed, resized or written where the registry could not follow it: "
+      "FSDP's resharding frees each gathered parameter with resize_(0)), so under recompute "
+      "they stay until the program lets them go. To let them leave, use policy swap or "
+      "hybrid, or set the option host_pool (they then move out through it); with FSDP2, "
+      "fully_shard(..., reshard_after_forward=False) keeps them recomputable.",
+      static_cast<double>(frozen) / (1 << 20), count);
+  return n > 0 ? std::min(static_cast<std::size_t>(n), capacity - 1) : 0;
+}
 
 std::string Registry::stats_json() {
   Lock lock(mu_);

@@ -97,8 +97,12 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
                         std::size_t count) {
     return static_cast<Registry*>(self)->relocate(from, to, count);
   };
+  auto on_describe = [](void* self, char* out, std::size_t capacity) {
+    return static_cast<Registry*>(self)->describe_oom(out, capacity);
+  };
   if (api.set_evict_callback(engine, on_evict, this) != 0 ||
-      api.set_compact_callbacks(engine, on_movable, on_relocate, this) != 0) {
+      api.set_compact_callbacks(engine, on_movable, on_relocate, this) != 0 ||
+      api.set_oom_describe_callback(engine, on_describe, this) != 0) {
     return engine_api::last_error();
   }
   active_.store(true, std::memory_order_release);
@@ -123,6 +127,7 @@ std::string Registry::stop() {
   const engine_api::Api& api = engine_api::api();
   api.set_evict_callback(engine_, nullptr, nullptr);
   api.set_compact_callbacks(engine_, nullptr, nullptr, nullptr);
+  api.set_oom_describe_callback(engine_, nullptr, nullptr);
   // Forgetting takes each node's mark and host copy with it; the registry's own storages
   // (dead nodes' rebuilt contents, frozen inputs) are released.
   std::vector<Node*> all;

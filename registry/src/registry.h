@@ -192,6 +192,9 @@ class Registry {
   std::size_t evict(const std::uint64_t* handles, std::size_t count);
   std::size_t movable(std::uintptr_t* out, std::size_t capacity);
   std::size_t relocate(const std::uintptr_t* from, const std::uintptr_t* to, std::size_t count);
+  // The engine's out-of-memory report asks what the registry holds that it cannot let go
+  // (Note [What the registry adds to a report] in inspect.cpp).
+  std::size_t describe_oom(char* out, std::size_t capacity);
 
   // --- inspection (Python's view, tests, benchmarks) ---
   std::string stats_json();

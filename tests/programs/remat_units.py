@@ -1298,6 +1298,29 @@ def a_composite_op_on_a_vmap_wrapper_makes_no_node_inside() -> None:
     assert torch.equal(penalty(False), penalty(True))
 
 
+def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None:
+    # Note [What the registry adds to a report] in registry/src/inspect.cpp: FSDP2 under
+    # recompute ran out of memory with 47 MiB of frozen activations and a report that blamed
+    # fragmentation.
+    engine = pyalloc._engine(None)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        p = torch.randn(1024, 1024, requires_grad=True)   # a gathered parameter, 4 MiB
+        acts = [torch.tanh(p * (i + 1)) for i in range(3)]  # 12 MiB made from it
+        assert all(not reg.node_of(a).frozen for a in acts)
+        p.untyped_storage().resize_(0)                     # FSDP's reshard: frees it
+        assert all(reg.node_of(a).frozen for a in acts)
+        engine.set_budget(pyalloc.memory_stats()["reserved_bytes.all.current"])
+        try:
+            with pytest.raises(torch.OutOfMemoryError) as oom:
+                torch.empty(64 << 20, dtype=torch.uint8)
+        finally:
+            engine.set_budget(2 << 30)
+        message = str(oom.value)
+        assert "registry: 12.00 MiB in 3 activations can no longer be recomputed" in message
+        assert "reshard_after_forward=False" in message and "host_pool" in message
+        del acts
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1334,4 +1357,5 @@ if __name__ == "__main__":
           what_a_dead_nodes_recording_kept_goes_with_its_death,
           a_step_of_several_backward_passes_holds_none_of_its_own_activations,
           what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it,
-          a_composite_op_on_a_vmap_wrapper_makes_no_node_inside])
+          a_composite_op_on_a_vmap_wrapper_makes_no_node_inside,
+          an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild])
