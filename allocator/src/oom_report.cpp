@@ -56,12 +56,30 @@ void* Engine::out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size
   void* context = oom_context_;
   DescribeCallback describe = describe_callback_;
   void* describe_context = describe_context_;
-  const std::string info = callback ? last_oom_info_json_ : std::string();
+  const std::int64_t oom_number = pool_.stats().num_ooms;
+  std::string info = callback ? last_oom_info_json_ : std::string();
   lock.unlock();  // See Note [Calling out] in reclaim.cpp.
   if (describe) {
     char extra[1024];
     const std::size_t n = std::min(describe(describe_context, extra, sizeof extra), sizeof extra);
-    if (n > 0) *status = Status(status->code(), status->message() + "\n" + std::string(extra, n));
+    if (n > 0) {
+      // The describer's line is part of the report wherever the report goes: the error,
+      // the callbacks' dict and the snapshot kept beside it (unless a later OOM replaced
+      // that meanwhile). Each JSON ends with the report's closing quote and its braces.
+      const std::string line = "\n" + std::string(extra, n);
+      *status = Status(status->code(), status->message() + line);
+      const std::string escaped = json_escape(line);
+      const auto append_to_report = [&escaped](std::string& json, std::size_t closers) {
+        if (json.size() > closers) json.insert(json.size() - closers - 1, escaped);
+      };
+      if (callback) append_to_report(info, 1);
+      lock.lock();
+      if (pool_.stats().num_ooms == oom_number) {
+        append_to_report(last_oom_info_json_, 1);
+        append_to_report(last_oom_json_, 2);
+      }
+      lock.unlock();
+    }
   }
   if (callback) callback(context, info.c_str());
   return nullptr;

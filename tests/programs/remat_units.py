@@ -1318,14 +1318,22 @@ def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None
         p.untyped_storage().resize_(0)                     # FSDP's reshard: frees it
         assert all(reg.node_of(a).frozen for a in acts)
         engine.set_budget(pyalloc.memory_stats()["reserved_bytes.all.current"])
+        reports = []
+        handle = pyalloc.on_oom(reports.append)
         try:
             with pytest.raises(torch.OutOfMemoryError) as oom:
                 torch.empty(64 << 20, dtype=torch.uint8)
         finally:
+            handle.remove()
             engine.set_budget(2 << 30)
+        line = "registry: 12.00 MiB in 3 activations can no longer be recomputed"
         message = str(oom.value)
-        assert "registry: 12.00 MiB in 3 activations can no longer be recomputed" in message
+        assert line in message
         assert "reshard_after_forward=False" in message and "host_pool" in message
+        # The same line reaches what a framework's observer and a later look at the
+        # snapshot read (FSDP2's on_oom dict had lacked it).
+        assert len(reports) == 1 and line in reports[0]["report"], reports
+        assert line in engine.last_oom_snapshot()["oom"]["report"]
         del acts
 
 
