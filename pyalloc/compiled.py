@@ -7,18 +7,20 @@ an evicted input where its bytes no longer are (a crash, or wrong numbers), and 
 storages it makes through the dispatcher (an extern matmul's output) become nodes the
 engine may evict while the region's own kernels still read them.
 
-So while a registry is active, every callable ``torch.compile`` returns runs as one op
-would (Note [Holding for compiled code] in registry/src/registry.h):
+So while a registry is active, every graph inductor compiled runs as one op would (Note
+[Holding for compiled code] in registry/src/registry.h):
 
-* its tensor arguments are restored and pinned for the call, and the registry steps aside
-  on the calling thread: what the region makes is no node, never evicted, and is held by
-  the recordings of later ops that read it, as any tensor made outside the registry is;
-* its backward (the compiled backward, run by autograd) gets the same: the gradients it
-  receives and the region's inputs (which it may have saved) are restored and pinned,
-  and the registry steps aside on autograd's thread while it runs.
+* its inputs (the callable's arguments and whatever dynamo lifted into the graph) are
+  restored and pinned for its run, and the registry steps aside on the calling thread:
+  what the graph makes is no node, never evicted, and is held by the recordings of later
+  ops that read it, as any tensor made outside the registry is;
+* a compiled backward graph, run by autograd, gets the same on autograd's thread.
 
-Eager code around compiled regions keeps the policy. What a region holds is resident for
-its whole run, so the smallest budget that trains rises by its working set.
+Eager code around compiled regions, and between the graphs of one compiled callable (graph
+breaks, ``torch._dynamo.disable`` functions), keeps the policy. Backends other than inductor
+that do not run their graphs through the dispatcher get the same for the whole callable
+instead (:func:`guard`; Note [Graph breaks keep the policy]). What a graph holds is
+resident for its whole run, so the smallest budget that trains rises by its working set.
 ``install()`` routes ``torch.compile`` here (:func:`enable`), so compile after install, as
 the model is built after it; the guard does nothing while no registry is active.
 """
@@ -111,7 +113,7 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _guard_graphs() -> None:
+def _guard_graphs() -> bool:
     """Every graph inductor compiled, forward and backward, holds all its inputs for its run
     and runs with the registry aside. The inputs are more than the compiled callable's
     arguments: dynamo lifts into the graph what the code reads from attributes, dicts,
@@ -120,17 +122,18 @@ def _guard_graphs() -> None:
     callable's arguments and :func:`_guard_backward` only its outputs' gradients: a lifted
     activation that was evicted was read by the kernel where it was not (the evicted-memory
     error), in forward and in the compiled backward. Where this torch has no such class
-    (the layout of ``torch._inductor`` is not public), the callable-level guard is all."""
+    (the layout of ``torch._inductor`` is not public), the callable-level guard is all.
+    Returns whether the graphs are guarded."""
     try:
         from torch._inductor.output_code import CompiledFxGraph
     except ImportError:
         try:
             from torch._inductor.codecache import CompiledFxGraph  # torch < 2.6
         except ImportError:
-            return
+            return False
     original = CompiledFxGraph.__call__
     if getattr(original, "__pyalloc_guarded__", False):
-        return
+        return True
 
     @functools.wraps(original)
     def __call__(self: Any, inputs: Any) -> Any:
@@ -143,15 +146,41 @@ def _guard_graphs() -> None:
 
     __call__.__pyalloc_guarded__ = True  # type: ignore[attr-defined]
     CompiledFxGraph.__call__ = __call__
+    return True
+
+
+# Backends whose graphs run every op through the dispatcher, where the registry's per-op
+# path sees them as it sees eager code.
+_DISPATCHER_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
+
+
+def _needs_callable_guard(backend: Any, graphs_guarded: bool) -> bool:
+    """Whether a compiled callable must hold its arguments and keep the registry aside
+    for its whole call (:func:`guard`).
+
+    Note [Graph breaks keep the policy]: a compiled callable is more than its graphs. Code
+    dynamo cannot trace (a ``torch._dynamo.disable`` function, a graph break, a frame it
+    gave up on) runs eagerly between them, and the callable-level guard kept the registry
+    aside for all of it: what that code made was no node and could never leave, so a
+    compiled model with breaks kept every eager activation resident. Where inductor's
+    graphs are guarded one by one (:func:`_guard_graphs`), the callable needs nothing more:
+    the eager code between graphs keeps the policy. Other backends (TensorRT, a user's
+    own) may read data pointers anywhere, and keep the callable-level guard."""
+    if isinstance(backend, str) and backend in _DISPATCHER_BACKENDS:
+        return False
+    return not (backend == "inductor" and graphs_guarded)
 
 
 def _compile(model: Any = None, **kwargs: Any) -> Any:
-    """``torch.compile`` whose result runs under :func:`guard`."""
+    """``torch.compile`` whose result runs under :func:`guard` where it needs it
+    (:func:`_needs_callable_guard`)."""
     assert _original_compile is not None
-    _guard_graphs()  # here, not in enable(): importing inductor takes a second
+    graphs_guarded = _guard_graphs()  # here, not in enable(): importing inductor takes a second
     if model is None:  # used as @torch.compile(mode=...)
         return lambda fn: _compile(fn, **kwargs)
     compiled = _original_compile(model, **kwargs)
+    if not _needs_callable_guard(kwargs.get("backend", "inductor"), graphs_guarded):
+        return compiled
     if isinstance(compiled, torch.nn.Module):
         # OptimizedModule: calling it runs its forward; the module stays a module.
         compiled.forward = guard(compiled.forward)
