@@ -181,6 +181,12 @@ def test_an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild():
     run_unit("remat_units", "an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild")
 
 
+def test_what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit():
+    # Found by tools/user_programs/scripted_cells.py (TorchScript LSTM cells): Note [A
+    # detached parameter is still a parameter] in registry/src/registry.cpp.
+    run_unit("remat_units", "what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit")
+
+
 def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
     # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
     run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")

@@ -307,6 +307,8 @@ void Registry::sweep_locked(bool tidy) {
   }
   release_dead_locked(work);
   if (!tidy) return;
+  for (auto it = parameter_storages_.begin(); it != parameter_storages_.end();)
+    it = it->second.expired() ? parameter_storages_.erase(it) : std::next(it);
   for (auto it = leaf_readers_.begin(); it != leaf_readers_.end();) {
     auto& readers = it->second;
     readers.erase(std::remove_if(readers.begin(), readers.end(),

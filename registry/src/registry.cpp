@@ -66,6 +66,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   nodes_.clear();
   by_key_.clear();
   leaf_readers_.clear();
+  parameter_storages_.clear();
   watched_.clear();
   counters_ = Counters{};
   replays_by_op_.clear();
@@ -137,6 +138,7 @@ std::string Registry::stop() {
     forget_locked(node);
   }
   leaf_readers_.clear();
+  parameter_storages_.clear();
   watched_.clear();
   unread_.clear();
   drop_fills_locked(/*all=*/true);
@@ -205,6 +207,36 @@ std::optional<c10::Scalar> wrapped_number(const at::Tensor& t) {
 }
 }  // namespace
 
+// Note [A detached parameter is still a parameter]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What grad mode derives from tensors that require no grad is recorded only where it
+// weighs at least twice what it reads that is no node (Note [What plain inputs derive] in
+// dispatch.cpp): its lineage would keep those alive. A parameter read through a detached
+// alias is no such tensor: its module keeps it alive anyway. TorchScript's profiling
+// executor runs a scripted model's differentiable subgraphs that way from the second call
+// on (DifferentiableGraphOp detaches every input, parameters included, runs the forward
+// graph with grad mode on, and saves what its backward graph needs in its own autograd
+// node): `mm(x, w.t())` read a 256 KiB weight to make a 256 KiB result, so no op of a
+// scripted LSTM cell made a node, and after its first step the whole model's activations
+// (26 of 28 MiB at 0.4 of tools/user_programs/scripted_cells.py's peak) could never leave.
+// The same holds for `F.linear(x, w.detach())` in a user's own code. So the storages of the
+// parameters that recorded ops read (of min_bytes or more; a detached alias shares its
+// parameter's storage, and the first call of a scripted model reads the parameters
+// themselves) are remembered weakly, and count as neither droppable nor plain bytes.
+bool Registry::parameter_storage_locked(const c10::StorageImpl* key) const {
+  auto it = parameter_storages_.find(key);
+  return it != parameter_storages_.end() && !it->second.expired();
+}
+
+void Registry::note_parameter_storage_locked(const at::TensorBase& parameter) {
+  const c10::Storage& storage = parameter.storage();
+  auto it = parameter_storages_.find(storage.unsafeGetStorageImpl());
+  if (it == parameter_storages_.end())
+    parameter_storages_.emplace(storage.unsafeGetStorageImpl(), storage.getWeakStorageImpl());
+  else if (it->second.expired())
+    it->second = storage.getWeakStorageImpl();
+}
+
 void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                               c10::ArrayRef<c10::IValue> args, Pending* pending) {
   auto rec = std::allocate_shared<Recording>(PooledAllocator<Recording, LockedFreeList>(&recordings_), op);
@@ -224,6 +256,7 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
         if (const c10::StorageImpl* part_key = storage_of(part)) {
           in_bytes += static_cast<double>(part.numel() * part.element_size());
           pending->sparse_bytes += part_key->nbytes();
+          pending->plain_bytes += part_key->nbytes();
           leaves->push_back(part_key);
         }
       });
@@ -242,9 +275,17 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
       // Parameters stay with their module; anything else may be dropped by the program
       // and left to the recording (Note [Deaths worth a drain] in liveness.cpp).
       // A view of a parameter (a slice of a packed attention projection) is a parameter.
+      // See Note [A detached parameter is still a parameter].
       if (key->nbytes() >= settings_.min_bytes) {
         const at::TensorBase& base = t.is_view() ? t._base() : t;
-        if (!(base.requires_grad() && base.is_leaf())) pending->droppable_bytes += key->nbytes();
+        if (base.requires_grad() && base.is_leaf()) {
+          note_parameter_storage_locked(base);
+        } else if (!parameter_storage_locked(key)) {
+          pending->droppable_bytes += key->nbytes();
+          pending->plain_bytes += key->nbytes();
+        }
+      } else {
+        pending->plain_bytes += key->nbytes();
       }
       if (t.requires_grad() && !t.is_leaf()) return detached_alias(t);
       return t;
@@ -342,10 +383,9 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
   // So does one that weighs less than twice the parts of the sparse tensors it read (Note
   // [Sparse arguments] in node.h).
   if (pending.plain || pending.sparse_bytes > 0) {
-    std::size_t made = 0, read = 0;
+    std::size_t made = 0;
     for (std::uint32_t i : fresh) made += storage_of(*results[i])->nbytes();
-    if (pending.plain)
-      for (const c10::StorageImpl* key : pending.leaves) read += key->nbytes();
+    const std::size_t read = pending.plain ? pending.plain_bytes : 0;
     if (2 * std::max(read, pending.sparse_bytes) > made) return;
   }
   Recording& rec = *pending.rec;

@@ -285,7 +285,15 @@ class Registry {
     // Bytes of the tensors it keeps as they are (no node, no parameter) of min_bytes or
     // more: what its recording may end up the last holder of (Note [Deaths worth a drain]).
     std::size_t droppable_bytes = 0;
+    // Bytes of the storages it reads that are no node and no parameter, read by dense or
+    // sparse tensors (Note [What plain inputs derive]; Note [A detached parameter is still a
+    // parameter]).
+    std::size_t plain_bytes = 0;
   };
+  // Whether `key` is the storage of a parameter a recorded op has read (a leaf that
+  // requires grad), still alive: Note [A detached parameter is still a parameter].
+  bool parameter_storage_locked(const c10::StorageImpl* key) const;
+  void note_parameter_storage_locked(const at::TensorBase& parameter);
   void prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                       c10::ArrayRef<c10::IValue> args, Pending* pending);
   // New storages among `outputs` become nodes made by `pending`'s op.
@@ -545,6 +553,11 @@ class Registry {
   // Storages that are not nodes but were read by recorded ops (parameters, inputs, small
   // tensors): the readers to invalidate when one is written (the optimizer's step).
   ska::flat_hash_map<const c10::StorageImpl*, std::vector<Handle>> leaf_readers_;
+  // The storages of min_bytes or more of the parameters recorded ops have read, held weakly
+  // (guarded by mu_; the dead are dropped by the tidy sweep): Note [A detached parameter is
+  // still a parameter] in registry.cpp.
+  ska::flat_hash_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>
+      parameter_storages_;
   // The backstop sweep runs every kSweepEvery ops at least (and every 8 ops per node):
   // deaths the engine could not note (a storage that died while evicted or unmarked)
   // wait that long.

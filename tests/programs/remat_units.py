@@ -1337,6 +1337,45 @@ def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None
         del acts
 
 
+def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit() -> None:
+    # Note [A detached parameter is still a parameter] in registry/src/registry.cpp: from its
+    # second call TorchScript's profiling executor runs a scripted model's differentiable
+    # subgraph on detached inputs, parameters included, so nothing it made was a node.
+    class Cell(torch.jit.ScriptModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(512, 256) * 0.05)
+            self.b = torch.nn.Parameter(torch.zeros(512))
+
+        @torch.jit.script_method
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.mm(x, self.w.t()) + self.b
+            return torch.sigmoid(h) * torch.tanh(h)
+
+    cell = Cell()
+    x = torch.randn(128, 256)   # 128 KiB in; 256 KiB a result, no more than the weight
+
+    with pyalloc.recompute() as reg:
+        def step(evict: bool):
+            cell.w.grad = cell.b.grad = None
+            before = set(reg.nodes)
+            y = cell(x)
+            made = [h for h in reg.nodes if h not in before]
+            evicted = reg.evict(made) if evict else 0
+            (y * y).sum().backward()
+            return cell.w.grad.clone(), cell.b.grad.clone(), made, evicted
+
+        for _ in range(3):   # profiled, then specialized
+            step(False)
+        graph = str(torch.jit.last_executed_optimized_graph())
+        assert "DifferentiableGraph" in str(cell.graph_for(x)), graph
+        want_w, want_b, made, _ = step(False)
+        assert len(made) >= 4, [reg.nodes[h].op for h in made]
+        got_w, got_b, _, evicted = step(True)
+        assert evicted >= 2, evicted
+    assert torch.equal(want_w, got_w) and torch.equal(want_b, got_b)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1374,4 +1413,5 @@ if __name__ == "__main__":
           a_step_of_several_backward_passes_holds_none_of_its_own_activations,
           what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it,
           a_composite_op_on_a_vmap_wrapper_makes_no_node_inside,
-          an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild])
+          an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
+          what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit])
