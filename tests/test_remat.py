@@ -169,6 +169,12 @@ def test_what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it():
     run_unit("remat_units", "what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it")
 
 
+def test_a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy():
+    # Found by tools/user_programs/forward_ad_jvp_reg.py (a JVP regulariser by forward_ad):
+    # Note [Tangents forward-mode AD makes] in registry/src/dispatch.cpp.
+    run_unit("remat_units", "a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy")
+
+
 def test_a_composite_op_on_a_vmap_wrapper_makes_no_node_inside():
     # Found by tools/user_programs/cummax_gradbatch.py (an is_grads_batched penalty): Note
     # [Composite ops on wrappers] in registry/src/dispatch.cpp.

@@ -17,7 +17,9 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/variable.h>
 #include <ATen/Operators.h>
 #include <torch/library.h>
 
@@ -75,21 +77,48 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
 // every op the kernel calls inside (a `to` of a scalar argument in each `mul`) comes through
 // the fallback to be passed on, about 1.3k instructions each on the worst-case chain, so
 // listening under every op cost more than a quarter of the registry's whole per-op budget.
-thread_local bool t_autograd_layer_heard = false;
+//
+// Note [Tangents forward-mode AD makes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op on a dual tensor (torch.autograd.forward_ad) computes the primal below autograd and
+// then, in autograd's layer, the tangent by the op's forward-derivative formula: ops of
+// their own (a batch norm's makes half a dozen as large as its input), called from inside
+// the op the registry runs, so they were passed through and their results were no nodes.
+// A network trained with a JVP regulariser keeps a tangent beside every activation (and
+// what double backward through the formulas saves): at 0.7 of its peak a conv net ran out
+// of memory with 34 MiB of such storages resident and nothing evictable. So under swap
+// and hybrid, while an op that reads a tensor with a tangent runs, the registry also hears
+// autograd's layer, and what those ops make is a node without lineage (Note [Backward
+// nodes] in backward.cpp): it leaves as a host copy. Not recorded with lineage: a formula
+// reads the op's own result (relu's, tanh's, softmax's) before the op returns and that
+// result becomes a node, so a recording would keep it as a leaf the eviction then empties.
+// Under recompute they stay resident, as before.
+constexpr int kHearSaves = 1;     // Note [What autograd saves]
+constexpr int kHearTangents = 2;  // Note [Tangents forward-mode AD makes]
+thread_local int t_autograd_layer_heard = 0;
 
 class HearAutogradLayer {
  public:
-  explicit HearAutogradLayer(bool on) : was_(t_autograd_layer_heard) { t_autograd_layer_heard = on; }
+  explicit HearAutogradLayer(int on) : was_(t_autograd_layer_heard) { t_autograd_layer_heard = on; }
   ~HearAutogradLayer() { t_autograd_layer_heard = was_; }
   HearAutogradLayer(const HearAutogradLayer&) = delete;
   HearAutogradLayer& operator=(const HearAutogradLayer&) = delete;
 
  private:
-  bool was_;
+  int was_;
 };
 
+// Whether `t` (or the base it views) has a tangent at some forward AD level.
+bool has_tangent(const at::Tensor& t) {
+  const auto with = [](const at::TensorBase& x) {
+    const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(x);
+    return meta && meta->fw_grad_ && !meta->fw_grad_->empty();
+  };
+  return with(t) || (t.is_view() && with(t._base()));
+}
+
 bool from_autograd_layer() {
-  return t_autograd_layer_heard &&
+  return t_autograd_layer_heard != 0 &&
          !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality) &&
          c10::impl::TorchDispatchModeTLS::stack_len() == 0;
 }
@@ -451,6 +480,10 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   KeyList read_keys;
   KeyList sparse_parts;  // the dense parts of sparse arguments (Note [Sparse arguments])
   bool requires_grad = false, foreign = false, sparse = false, python_subclass = false;
+  bool dual = false;  // an argument has a tangent (Note [Tangents forward-mode AD makes])
+  // A tangent formula's op, heard from autograd's layer inside an op on a dual tensor.
+  const bool heard_tangent = (t_autograd_layer_heard & kHearTangents) != 0 &&
+                             below_registry_depth() > 0 && from_autograd_layer();
   std::size_t largest_read = 0;  // bytes of the largest storage read
   c10::Device device(settings_.device_type);
   const auto read = [&](const at::TensorBase& t, const c10::StorageImpl* key) {
@@ -479,6 +512,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       }
       if (!key || t.device().type() != settings_.device_type) return;
       requires_grad = requires_grad || t.requires_grad();
+      if (can_swap_ && !dual) dual = has_tangent(t);
       read(t, key);
     });
   }
@@ -544,16 +578,22 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // pinned: the subclass's own ops run below the registry and would read it as it is.
   // Inside a backward pass with grad mode off every op may, under recompute: See Note
   // [Backward nodes].
-  const bool may_create = !foreign && (grad_mode ? requires_grad : task != -1 && !can_swap_);
+  const bool may_create =
+      !foreign && !heard_tangent && (grad_mode ? requires_grad : task != -1 && !can_swap_);
   // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
   // [Backward nodes] in backward.cpp.
   // Note [What a subclass's op returns]: a plain result of an op on a Python subclass too.
+  // Note [Tangents forward-mode AD makes]: what a tangent formula makes too.
   const bool bare = subclass_made ||
-                    (!foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only);
+                    (!foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only) ||
+                    (heard_tangent && !foreign && can_swap_ && !info.aliases_only);
+  // Whether autograd's layer is heard while this op runs: its tangent formulas.
+  const bool hear_tangents = dual && !foreign && task == -1 &&
+                             c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
   // Note [What plain inputs derive]. (An output is at most eight times its largest input
   // per element here, so smaller inputs cannot make a storage of min_bytes.)
-  const bool derives_plain = !foreign && grad_mode && !requires_grad && task == -1 &&
+  const bool derives_plain = !foreign && !heard_tangent && grad_mode && !requires_grad && task == -1 &&
                              !info.fill && !info.aliases_only && info.written.empty() &&
                              largest_read * 8 >= settings_.min_bytes &&
                              !c10::InferenceMode::is_enabled();
@@ -569,7 +609,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Most ops of a step read no registered storage, write nothing and make no activation
   // (backward's, the optimizer's on tensors nothing recorded read): nothing to do.
   if (used.empty() && !may_create && info.written.empty() && !floor_probe_ && !fills && !bare &&
-      !derives_plain) {
+      !derives_plain && !hear_tangents) {
     lock.unlock();
     return pass_through(op, ks, stack);
   }
@@ -627,7 +667,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       !foreign && (!info.nondeterministic || at::globalContext().deterministicAlgorithms());
   const bool writes_node = !targets.empty();
   // See Note [What no_grad derives].
-  const bool derives = !grad_mode && task == -1 && !used.empty() && !c10::InferenceMode::is_enabled();
+  const bool derives = !grad_mode && task == -1 && !used.empty() && !heard_tangent &&
+                       !c10::InferenceMode::is_enabled();
   const bool creates =
       replayable && !writes_node && (may_create || derives || derives_plain) && !info.aliases_only;
   bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
@@ -681,8 +722,9 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
         pending->rec->args[pos] = pending->rec->args[pos].toTensor().clone();
     }
     std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;
-    if (!hear) deaf.emplace(c10::DispatchKeySet(kRegistryKey));
-    HearAutogradLayer hear_autograd(hear);
+    const int heard = (hear ? kHearSaves : 0) | (hear_tangents ? kHearTangents : 0);
+    if (!heard) deaf.emplace(c10::DispatchKeySet(kRegistryKey));
+    HearAutogradLayer hear_autograd(heard);
     BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
     EvictableScope evictable(creates && places_evictables());  // Note [Evictable placement]
     if (settings_.cost == CostModel::kTime) {

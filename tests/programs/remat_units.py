@@ -1261,6 +1261,39 @@ def what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it() -> None:
         assert not getattr(cls.__dict__["__torch_dispatch__"].__func__, "__pyalloc_holds__", False)
 
 
+def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
+    # Note [Tangents forward-mode AD makes] in registry/src/dispatch.cpp: an op on a dual
+    # tensor computes its tangent in autograd's layer, inside the op the registry runs; the
+    # tangents were never nodes and a conv net with a JVP regulariser ran out of memory
+    # under every policy with nothing evictable. Under swap and hybrid they are nodes
+    # without lineage now, which leave and come back bit for bit.
+    import torch.autograd.forward_ad as fwAD
+    torch.manual_seed(0)
+    w = torch.randn(256, 256, requires_grad=True)
+    x, v = torch.randn(128, 256), torch.randn(128, 256)
+
+    def run(reg):
+        with fwAD.dual_level():
+            h = fwAD.make_dual(x, v) @ w
+            out = torch.tanh(torch.nn.functional.layer_norm(h, (256,))) * 2.0
+            p, t = fwAD.unpack_dual(out)
+            if reg is not None:
+                nodes = [reg.node_of(fwAD.unpack_dual(o).tangent) for o in (h, out)]
+                assert all(n is not None for n in nodes), nodes
+                assert reg.evict(list(reg.nodes)) >= 2
+        loss = p.sum() + t.pow(2).mean()
+        g, = torch.autograd.grad(loss, w)
+        return loss.detach(), g
+
+    want = run(None)
+    for policy in ("swap", "hybrid"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            got = run(reg)
+            assert reg.swap_outs >= 2, reg.swap_outs
+            reg.check_invariants()
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), policy
+
+
 def a_composite_op_on_a_vmap_wrapper_makes_no_node_inside() -> None:
     # Note [Composite ops on wrappers] in registry/src/dispatch.cpp: legacy vmap (which
     # autograd.grad(is_grads_batched=True) runs backward under) ran a composite op's pieces,
@@ -1413,5 +1446,6 @@ if __name__ == "__main__":
           a_step_of_several_backward_passes_holds_none_of_its_own_activations,
           what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it,
           a_composite_op_on_a_vmap_wrapper_makes_no_node_inside,
+          a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy,
           an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
           what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit])
