@@ -175,6 +175,12 @@ def test_a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy():
     run_unit("remat_units", "a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy")
 
 
+def test_an_efficient_zero_tensor_is_no_node():
+    # Found by tools/user_programs/forward_ad_jvp_reg.py (JVP=func: torch.func.jvp): Note
+    # [Efficient zero tensors] in registry/src/node.h.
+    run_unit("remat_units", "an_efficient_zero_tensor_is_no_node")
+
+
 def test_a_composite_op_on_a_vmap_wrapper_makes_no_node_inside():
     # Found by tools/user_programs/cummax_gradbatch.py (an is_grads_batched penalty): Note
     # [Composite ops on wrappers] in registry/src/dispatch.cpp.

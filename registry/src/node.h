@@ -28,8 +28,21 @@ namespace pyalloc::registry {
 // The storage of `t` (nullptr for an undefined tensor or one without storage). Reads the
 // field directly: TensorImpl::has_storage() and storage() are virtual calls with checks,
 // and the per-op path asks this of every argument.
+// Note [Efficient zero tensors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `at::_efficientzerotensor` (what forward-mode AD's formulas use for an undefined tangent:
+// torch.func.jvp's of a captured weight, of a Python scalar) has a storage of the full size
+// with no memory behind it (data nullptr); its kernels (ZeroTensor key) never read it, and a
+// mul by one returns another. Taken for a storage, such a result became a node, and a
+// replay that read it through a Ref rebuilt it as a plain tensor over the null pointer: the
+// add that summed a JVP's two terms segfaulted in backward under recompute. A zero tensor
+// has no storage here: never a node, kept by a recording as it is (a leaf that holds no
+// memory).
 inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
-  return t.defined() ? t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+  if (!t.defined()) return nullptr;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->key_set().has(c10::DispatchKey::ZeroTensor)) return nullptr;
+  return impl->unsafe_storage().unsafeGetStorageImpl();
 }
 
 // Note [Sparse arguments]

@@ -1294,6 +1294,32 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
         assert all(torch.equal(a, b) for a, b in zip(got, want)), policy
 
 
+def an_efficient_zero_tensor_is_no_node() -> None:
+    # Note [Efficient zero tensors] in registry/src/node.h: a zero tensor (what forward-mode
+    # AD's formulas use for an undefined tangent) has a storage with no memory behind it. It
+    # became a node, and the replay of what read it rebuilt it as a plain tensor over a null
+    # pointer: torch.func.jvp of `h * 2.0` segfaulted in backward under recompute.
+    x = torch.randn(64, 64, requires_grad=True)
+
+    def f():
+        zero = torch.tanh(x * 2) * torch._efficientzerotensor(())    # a zero tensor again
+        return zero + torch.sin(x), zero
+
+    with torch.no_grad():
+        want = f()[0]
+    with pyalloc.recompute(min_bytes=0) as reg:
+        got, zero = f()
+        assert zero._is_zerotensor() and reg.node_of(zero) is None
+        assert reg.evict(list(reg.nodes)) >= 1
+        assert torch.equal(got * 1, want)
+        w = torch.randn(16, 16, requires_grad=True)
+        p, t = torch.func.jvp(lambda i: (i @ w) * 2.0, (torch.randn(8, 16),), (torch.randn(8, 16),))
+        reg.evict(list(reg.nodes))
+        (p.sum() + t.pow(2).sum()).backward()          # replays the tangent's add
+        assert w.grad is not None and reg.recomputes >= 2
+        reg.check_invariants()
+
+
 def a_composite_op_on_a_vmap_wrapper_makes_no_node_inside() -> None:
     # Note [Composite ops on wrappers] in registry/src/dispatch.cpp: legacy vmap (which
     # autograd.grad(is_grads_batched=True) runs backward under) ran a composite op's pieces,
@@ -1447,5 +1473,6 @@ if __name__ == "__main__":
           what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it,
           a_composite_op_on_a_vmap_wrapper_makes_no_node_inside,
           a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy,
+          an_efficient_zero_tensor_is_no_node,
           an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
           what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit])
