@@ -199,6 +199,12 @@ def test_what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit
     run_unit("remat_units", "what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit")
 
 
+def test_an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins():
+    # Found by tools/user_programs/hf_wav2vec2_ctc.py under recompute at 0.4: Note [What the
+    # registry adds to a report] in registry/src/inspect.cpp.
+    run_unit("remat_units", "an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins")
+
+
 def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
     # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
     run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")

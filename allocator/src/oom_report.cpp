@@ -60,7 +60,7 @@ void* Engine::out_of_memory(std::unique_lock<std::mutex>& lock, std::size_t size
   std::string info = callback ? last_oom_info_json_ : std::string();
   lock.unlock();  // See Note [Calling out] in reclaim.cpp.
   if (describe) {
-    char extra[1024];
+    char extra[2048];
     const std::size_t n = std::min(describe(describe_context, extra, sizeof extra), sizeof extra);
     if (n > 0) {
       // The describer's line is part of the report wherever the report goes: the error,

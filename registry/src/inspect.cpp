@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 namespace pyalloc::registry {
 // --- inspection ------------------------------------------------------------------------------
@@ -22,28 +24,68 @@ namespace pyalloc::registry {
 // and the ways out. Called by the engine with its own lock dropped; the registry never
 // allocates while it holds its mutex (an allocation may call back to evict), so taking the
 // mutex here cannot deadlock on this thread.
+// The frozen line names the common ways to cut lineage: beside FSDP's resharding, a plain
+// training loop that keeps the previous step's outputs (`out = model(x)`, reassigned only by
+// the next call) across an optimizer step that writes the weights they were made from
+// (Hugging Face's Qwen2 with a tied head kept 12 MiB of logits that way).
+// A request can also fail inside a replay: restoring an evicted activation rebuilds its
+// dead inputs first, each pinned while the replays above it run (Note [Pinning inside
+// replays] in restore.cpp), and those pins, not fragmentation, are what the engine cannot
+// move (wav2vec2 under recompute at 0.4: a replay from a layer's softmax backward reached
+// back into the layer before it, with 77 MiB pinned). So a failure with replays in flight
+// says how deep and how much they pin.
 std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
   Lock lock(mu_);
-  if (!active_.load() || can_swap_ || can_relocate_) return 0;  // frozen nodes can leave
-  std::uint64_t frozen = 0;
-  std::size_t count = 0;
-  for (const Node* node = nodes_.oldest(); node; node = node->newer) {
-    const c10::StorageImpl* s = node->peek();
-    if (node->lineage() || node->evicted || node->fixed || !s || !data_of(&*s)) continue;
-    frozen += node->nbytes;
-    ++count;
+  if (!active_.load() || capacity == 0) return 0;
+  std::string text;
+  char line[1024];
+  if (replays_in_flight_ > 0) {
+    std::uint64_t pinned = 0;
+    std::size_t count = 0;
+    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+      const c10::StorageImpl* s = node->peek();
+      if (node->pins == 0 || node->evicted || !s || !data_of(&*s)) continue;
+      pinned += node->nbytes;
+      ++count;
+    }
+    const int n = std::snprintf(
+        line, sizeof line,
+        "  registry: the request came from a replay %d deep (an evicted activation is rebuilt "
+        "from what it was made from, each input held while the replays above it run); %.2f "
+        "MiB in %zu activations are pinned until it ends, which the engine can neither evict "
+        "nor move. A slightly larger budget lets the chain be rebuilt; under swap or hybrid "
+        "such activations come back as copies instead.",
+        replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count);
+    if (n > 0) text.append(line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
   }
-  if (frozen < (1u << 20)) return 0;
-  const int n = std::snprintf(
-      out, capacity,
-      "  registry: %.2f MiB in %zu activations can no longer be recomputed (what they were "
-      "made from was freed, resized or written where the registry could not follow it: "
-      "FSDP's resharding frees each gathered parameter with resize_(0)), so under recompute "
-      "they stay until the program lets them go. To let them leave, use policy swap or "
-      "hybrid, or set the option host_pool (they then move out through it); with FSDP2, "
-      "fully_shard(..., reshard_after_forward=False) keeps them recomputable.",
-      static_cast<double>(frozen) / (1 << 20), count);
-  return n > 0 ? std::min(static_cast<std::size_t>(n), capacity - 1) : 0;
+  if (!can_swap_ && !can_relocate_) {  // else frozen nodes can leave
+    std::uint64_t frozen = 0;
+    std::size_t count = 0;
+    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+      const c10::StorageImpl* s = node->peek();
+      if (node->lineage() || node->evicted || node->fixed || !s || !data_of(&*s)) continue;
+      frozen += node->nbytes;
+      ++count;
+    }
+    if (frozen >= (1u << 20)) {
+      const int n = std::snprintf(
+          line, sizeof line,
+          "%s  registry: %.2f MiB in %zu activations can no longer be recomputed (what they "
+          "were made from was written, freed or resized where the registry could not follow "
+          "it: an optimizer step on the weights while the program still holds the previous "
+          "step's outputs, or FSDP's resharding, which frees each gathered parameter with "
+          "resize_(0)), so under recompute they stay until the program lets them go. Drop "
+          "such outputs before the next step (`del out`); to let them leave, use policy swap "
+          "or hybrid, or set the option host_pool (they then move out through it); with "
+          "FSDP2, fully_shard(..., reshard_after_forward=False) keeps them recomputable.",
+          text.empty() ? "" : "\n", static_cast<double>(frozen) / (1 << 20), count);
+      if (n > 0) text.append(line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
+    }
+  }
+  const std::size_t n = std::min(text.size(), capacity - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+  return n;
 }
 
 std::string Registry::stats_json() {

@@ -25,9 +25,6 @@
 
 namespace pyalloc::registry {
 
-// The storage of `t` (nullptr for an undefined tensor or one without storage). Reads the
-// field directly: TensorImpl::has_storage() and storage() are virtual calls with checks,
-// and the per-op path asks this of every argument.
 // Note [Efficient zero tensors]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `at::_efficientzerotensor` (what forward-mode AD's formulas use for an undefined tangent:
@@ -38,6 +35,10 @@ namespace pyalloc::registry {
 // add that summed a JVP's two terms segfaulted in backward under recompute. A zero tensor
 // has no storage here: never a node, kept by a recording as it is (a leaf that holds no
 // memory).
+
+// The storage of `t` (nullptr for an undefined tensor, one without storage, or a zero
+// tensor). Reads the field directly: TensorImpl::has_storage() and storage() are virtual
+// calls with checks, and the per-op path asks this of every argument.
 inline c10::StorageImpl* storage_of(const at::TensorBase& t) {
   if (!t.defined()) return nullptr;
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();

@@ -571,6 +571,9 @@ class Registry {
   std::uint64_t deaths_seen_ = 0;               // guarded by mu_; freed_marked_count read
   std::int64_t last_evict_sweep_ = -1;          // guarded by mu_; the op of the last one
   Counters counters_;                           // guarded by mu_
+  // Restores replaying lineage right now, nested ones counted (guarded by mu_; Note [What
+  // the registry adds to a report] in inspect.cpp).
+  int replays_in_flight_ = 0;
   std::unordered_map<c10::OperatorName, std::int64_t> replays_by_op_;  // guarded by mu_
   std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
   // walk_readers_locked's (guarded by mu_): its stamp and its work list, each entry a

@@ -385,6 +385,12 @@ void Registry::restore(Lock& lock, Node* node) {
               node->held ? ", held" : "", "). This is a registry bug; please report it.");
   const auto start = std::chrono::steady_clock::now();
   const c10::SmallVector<Step, 1> steps = node->steps;  // the node may gain steps while unlocked
+  // Entered and left with the lock held (Unlocked takes it back before returning or throwing).
+  struct InFlight {
+    int& n;
+    explicit InFlight(int& count) : n(count) { ++n; }
+    ~InFlight() { --n; }
+  } in_flight(replays_in_flight_);
   {
     const at::Tensor fresh = replay_creation(lock, steps.front());
     TORCH_CHECK(fresh.storage().nbytes() == node->nbytes, "pyalloc: recomputing ",

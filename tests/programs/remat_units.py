@@ -1435,6 +1435,30 @@ def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_
     assert torch.equal(want_w, got_w) and torch.equal(want_b, got_b)
 
 
+def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
+    # Note [What the registry adds to a report] in registry/src/inspect.cpp: a request that
+    # fails inside a replay was blamed on fragmentation (wav2vec2 under recompute at 0.4).
+    engine = pyalloc._engine(None)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        x = torch.randn(2048, 2048, requires_grad=True)   # 16 MiB, a leaf
+        a = torch.tanh(x * 2)                             # 16 MiB each: nodes
+        b = torch.sigmoid(a)
+        assert reg.evict([reg.node_of(b).handle, reg.node_of(a).handle]) == 2
+        engine.empty_cache()
+        engine.set_budget(pyalloc.memory_stats()["reserved_bytes.all.current"] + (17 << 20))
+        try:
+            with pytest.raises(torch.OutOfMemoryError) as oom:
+                # b's restore rebuilds a, whose own restore rebuilds the dead x * 2 first:
+                # two replays deep, x * 2 pinned while tanh asks for 16 MiB more.
+                b + 1
+        finally:
+            engine.set_budget(2 << 30)
+        message = str(oom.value)
+        assert "registry: the request came from a replay 2 deep" in message, message
+        assert "16.00 MiB in 1 activations are pinned" in message, message
+        assert torch.equal(b, torch.sigmoid(torch.tanh(x * 2)))   # and it trains on
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1475,4 +1499,5 @@ if __name__ == "__main__":
           a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy,
           an_efficient_zero_tensor_is_no_node,
           an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
-          what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit])
+          what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit,
+          an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins])
