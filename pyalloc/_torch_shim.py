@@ -81,6 +81,7 @@ _SIGNATURES = {
                                             _c.POINTER(_c.c_uint64)]),
     "pyalloc_registry_release": (None, [_c.POINTER(_c.c_uint64), _c.c_size_t]),
     "pyalloc_registry_expose": (_c.c_int, [_c.c_void_p, _c.c_int]),
+    "pyalloc_registry_adopt": (_c.c_size_t, [_c.POINTER(_c.c_void_p), _c.c_size_t]),
     "pyalloc_registry_before_resize": (_c.c_int, [_c.c_void_p]),
     "pyalloc_registry_active": (_c.c_int, []),
     "pyalloc_registry_evicted_data_refuses": (_c.c_int, []),

@@ -230,6 +230,22 @@ class _StorageAccess:
                     else:
                         _StorageAccess._inner_plain(t, out, depth + 1)
 
+    @staticmethod
+    def _adopt_results(out: Any, held: List[torch.Tensor]) -> None:
+        """Under swap and hybrid, the new plain tensors inside a subclass op's results become
+        nodes without lineage, which can leave as host copies (Note [What a subclass's results
+        keep inside] in registry/src/registry.cpp). What its arguments held (an in-place op
+        returns them) is left as it is."""
+        made: List[torch.Tensor] = []
+        _StorageAccess._inner_plain(out, made)
+        if not made:
+            return
+        old = {t.untyped_storage()._cdata for t in held}
+        keys = [k for k in (t.untyped_storage()._cdata for t in made) if k not in old]
+        if keys and _torch_shim.load().pyalloc_registry_adopt(
+                (ctypes.c_void_p * len(keys))(*keys), len(keys)) == ctypes.c_size_t(-1).value:
+            raise _torch_shim.last_exception()
+
     def _wrap_dispatch(self, cls: Any) -> None:
         """Holds what `cls`'s instances keep inside, for its ``__torch_dispatch__``."""
         original = cls.__dict__.get("__torch_dispatch__")
@@ -242,13 +258,18 @@ class _StorageAccess:
         def __torch_dispatch__(klass: Any, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             registry = _current
-            if registry is not None:
-                inner: List[torch.Tensor] = []
-                _StorageAccess._inner_plain((args, kwargs), inner)
-                if inner:
-                    with registry.holding(inner):
-                        return fn(klass, func, types, args, kwargs)
-            return fn(klass, func, types, args, kwargs)
+            if registry is None:
+                return fn(klass, func, types, args, kwargs)
+            inner: List[torch.Tensor] = []
+            _StorageAccess._inner_plain((args, kwargs), inner)
+            if inner:
+                with registry.holding(inner):
+                    out = fn(klass, func, types, args, kwargs)
+            else:
+                out = fn(klass, func, types, args, kwargs)
+            if registry.policy != "recompute":
+                _StorageAccess._adopt_results(out, inner)
+            return out
 
         functools.update_wrapper(__torch_dispatch__, fn)
         __torch_dispatch__.__pyalloc_holds__ = True  # type: ignore[attr-defined]

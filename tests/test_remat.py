@@ -205,6 +205,12 @@ def test_an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins():
     run_unit("remat_units", "an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins")
 
 
+def test_what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back():
+    # Found by tools/user_programs/njt_jagged_attention.py (jagged nested tensors): Note [What
+    # a subclass's results keep inside] in registry/src/registry.cpp.
+    run_unit("remat_units", "what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back")
+
+
 def test_a_step_of_several_backward_passes_holds_none_of_its_own_activations():
     # See Note [Lineage that outlives its iteration] in registry/src/backward.cpp.
     run_unit("remat_units", "a_step_of_several_backward_passes_holds_none_of_its_own_activations")

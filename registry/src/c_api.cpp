@@ -124,6 +124,18 @@ PYALLOC_SHIM_API void pyalloc_registry_release(const uint64_t* handles, size_t c
   if (handles || !count) registry().release(handles, count);
 }
 
+// Note [What a subclass's results keep inside] in registry.cpp. How many nodes it made, or
+// SIZE_MAX on an error.
+PYALLOC_SHIM_API size_t pyalloc_registry_adopt(const void* const* keys, size_t count) {
+  if (!keys && count) return SIZE_MAX;
+  std::size_t made = 0;
+  const int failed = guarded([&] {
+    made = registry().adopt(reinterpret_cast<const c10::StorageImpl* const*>(keys), count);
+    return 0;
+  });
+  return failed ? SIZE_MAX : made;
+}
+
 // Note [Storages the program reads itself] in restore.cpp. 0, or -1 on an error.
 PYALLOC_SHIM_API int pyalloc_registry_expose(const void* storage_impl, int fix) {
   return guarded([&] {

@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -460,6 +461,37 @@ void Registry::record_bare_locked(std::int64_t task, KeyList& read_keys,
     read_keys.push_back(storage_of(v.toTensor()));
     make_node_locked(v.toTensor().storage(), std::nullopt, 0, task, {}, {});
   }
+}
+
+// Note [What a subclass's results keep inside]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Python subclass's op runs its own ops on the inner plain tensors below the registry's
+// key, and returns new subclass instances around new inner tensors (a jagged nested
+// tensor's values): no node was ever made of them, so they could never leave. At 0.5 of its
+// peak a jagged-attention program ran out of memory under every policy with 54 MiB of such
+// storages resident. Under swap and hybrid the subclass's wrapped `__torch_dispatch__`
+// (Note [Storage access around the dispatcher] in pyalloc/registry.py) hands the storages
+// of the inner tensors of its results that none of its arguments held here, and each
+// becomes a node without lineage (as a backward pass's results do: Note [Backward nodes]
+// in backward.cpp): it leaves as a host copy and comes back when the next op on the
+// subclass holds its inner tensors. Not under recompute: nothing could rebuild it.
+std::size_t Registry::adopt(const c10::StorageImpl* const* keys, std::size_t count) {
+  Lock lock(mu_);
+  Burial burial(*this, lock);
+  if (!active_.load() || !can_swap_) return 0;
+  const std::int64_t task = torch::autograd::get_current_graph_task_id();
+  std::size_t made = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto* key = const_cast<c10::StorageImpl*>(keys[i]);
+    if (!key || by_key_.count(key) || key->nbytes() < settings_.min_bytes || !key->resizable() ||
+        key->device_type() != settings_.device_type || !key->data())
+      continue;
+    // The caller holds a tensor on it for the call: the storage is alive.
+    c10::Storage storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(key));
+    make_node_locked(storage, std::nullopt, 0, task, {}, {});
+    ++made;
+  }
+  return made;
 }
 
 // --- fills (Note [Fills a write makes activations]) ---------------------------------------

@@ -195,6 +195,10 @@ class Registry {
   // The engine's out-of-memory report asks what the registry holds that it cannot let go
   // (Note [What the registry adds to a report] in inspect.cpp).
   std::size_t describe_oom(char* out, std::size_t capacity);
+  // Under swap and hybrid, the storages `keys` (the plain tensors a Python subclass's op
+  // returned inside its results) become nodes without lineage where they can: Note [What a
+  // subclass's results keep inside] in registry.cpp. Returns how many it made.
+  std::size_t adopt(const c10::StorageImpl* const* keys, std::size_t count);
 
   // --- inspection (Python's view, tests, benchmarks) ---
   std::string stats_json();

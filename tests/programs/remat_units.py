@@ -1459,6 +1459,47 @@ def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
         assert torch.equal(b, torch.sigmoid(torch.tanh(x * 2)))   # and it trains on
 
 
+def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None:
+    # Note [What a subclass's results keep inside] in registry/src/registry.cpp: a jagged
+    # nested tensor's values, made by its own ops below the registry, were never nodes.
+    from torch.utils._pytree import tree_map
+
+    class Boxed(torch.Tensor):   # keeps a plain tensor inside; its results are Boxed too
+        @staticmethod
+        def __new__(cls, data):
+            return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype,
+                                                       device=data.device)
+
+        def __init__(self, data):
+            self._data = data
+
+        def __tensor_flatten__(self):
+            return ["_data"], None
+
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            unwrap = lambda t: t._data if isinstance(t, Boxed) else t  # noqa: E731
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+            return tree_map(lambda t: Boxed(t) if isinstance(t, torch.Tensor) else t, out)
+
+    x = torch.randn(512, 512)
+    for policy in ("swap", "recompute"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            boxed = Boxed(x.clone())
+            y = boxed * 2                    # y._data: made inside the subclass's op
+            node = reg.node_of(y._data)
+            if policy == "recompute":        # nothing could rebuild it: no node
+                assert node is None
+                continue
+            assert node is not None and reg.node_of(boxed._data) is None   # the argument's stays
+            assert reg.evict([node.handle]) == 1 and node.evicted
+            z = y + 1                        # holds y._data: swapped back in first
+            assert not node.evicted
+            assert torch.equal(z._data, x * 2 + 1)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1500,4 +1541,5 @@ if __name__ == "__main__":
           an_efficient_zero_tensor_is_no_node,
           an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
           what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit,
-          an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins])
+          an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins,
+          what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back])
