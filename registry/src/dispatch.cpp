@@ -584,9 +584,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // [Backward nodes] in backward.cpp.
   // Note [What a subclass's op returns]: a plain result of an op on a Python subclass too.
   // Note [Tangents forward-mode AD makes]: what a tangent formula makes too.
-  const bool bare = subclass_made ||
-                    (!foreign && !grad_mode && task != -1 && can_swap_ && !info.aliases_only) ||
-                    (heard_tangent && !foreign && can_swap_ && !info.aliases_only);
+  const bool bare = subclass_made || (!foreign && can_swap_ && !info.aliases_only &&
+                                      ((!grad_mode && task != -1) || heard_tangent));
   // Whether autograd's layer is heard while this op runs: its tangent formulas.
   const bool hear_tangents = dual && !foreign && task == -1 &&
                              c10::impl::TorchDispatchModeTLS::stack_len() == 0;

@@ -37,38 +37,38 @@ namespace pyalloc::registry {
 std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
   Lock lock(mu_);
   if (!active_.load() || capacity == 0) return 0;
-  std::string text;
-  char line[1024];
-  if (replays_in_flight_ > 0) {
-    std::uint64_t pinned = 0;
-    std::size_t count = 0;
+  // The bytes and count of the resident nodes `pick` picks.
+  const auto resident = [this](auto pick) {
+    std::pair<std::uint64_t, std::size_t> sum{0, 0};
     for (const Node* node = nodes_.oldest(); node; node = node->newer) {
       const c10::StorageImpl* s = node->peek();
-      if (node->pins == 0 || node->evicted || !s || !data_of(&*s)) continue;
-      pinned += node->nbytes;
-      ++count;
+      if (node->evicted || !s || !data_of(&*s) || !pick(*node)) continue;
+      sum.first += node->nbytes;
+      ++sum.second;
     }
-    const int n = std::snprintf(
+    return sum;
+  };
+  std::string text;
+  char line[1024];
+  const auto append = [&](int n) {
+    if (n > 0) text.append(line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
+  };
+  if (replays_in_flight_ > 0) {
+    const auto [pinned, count] = resident([](const Node& node) { return node.pins > 0; });
+    append(std::snprintf(
         line, sizeof line,
         "  registry: the request came from a replay %d deep (an evicted activation is rebuilt "
         "from what it was made from, each input held while the replays above it run); %.2f "
         "MiB in %zu activations are pinned until it ends, which the engine can neither evict "
         "nor move. A slightly larger budget lets the chain be rebuilt; under swap or hybrid "
         "such activations come back as copies instead.",
-        replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count);
-    if (n > 0) text.append(line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
+        replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count));
   }
   if (!can_swap_ && !can_relocate_) {  // else frozen nodes can leave
-    std::uint64_t frozen = 0;
-    std::size_t count = 0;
-    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
-      const c10::StorageImpl* s = node->peek();
-      if (node->lineage() || node->evicted || node->fixed || !s || !data_of(&*s)) continue;
-      frozen += node->nbytes;
-      ++count;
-    }
+    const auto [frozen, count] =
+        resident([](const Node& node) { return !node.lineage() && !node.fixed; });
     if (frozen >= (1u << 20)) {
-      const int n = std::snprintf(
+      append(std::snprintf(
           line, sizeof line,
           "%s  registry: %.2f MiB in %zu activations can no longer be recomputed (what they "
           "were made from was written, freed or resized where the registry could not follow "
@@ -78,8 +78,7 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           "such outputs before the next step (`del out`); to let them leave, use policy swap "
           "or hybrid, or set the option host_pool (they then move out through it); with "
           "FSDP2, fully_shard(..., reshard_after_forward=False) keeps them recomputable.",
-          text.empty() ? "" : "\n", static_cast<double>(frozen) / (1 << 20), count);
-      if (n > 0) text.append(line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
+          text.empty() ? "" : "\n", static_cast<double>(frozen) / (1 << 20), count));
     }
   }
   const std::size_t n = std::min(text.size(), capacity - 1);

@@ -412,13 +412,16 @@ void Registry::record_creation_locked(Pending& pending, KeyList& read_keys,
 }
 
 bool Registry::can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const {
-  // A new storage on the managed device: not a view of an input, not known already, not
-  // small, and freeable.
+  // A new storage: not a view of an input, and one a node can be made of.
   const c10::StorageImpl* key = storage_of(result);
-  return key && result.device().type() == settings_.device_type &&
-         key->nbytes() >= settings_.min_bytes && key->resizable() &&
-         std::find(read_keys.begin(), read_keys.end(), key) == read_keys.end() &&
-         !by_key_.count(key);
+  return key && std::find(read_keys.begin(), read_keys.end(), key) == read_keys.end() &&
+         storage_can_become_node_locked(key);
+}
+
+bool Registry::storage_can_become_node_locked(const c10::StorageImpl* key) const {
+  // On the managed device, not small, freeable, and not known already.
+  return key->device_type() == settings_.device_type && key->nbytes() >= settings_.min_bytes &&
+         key->resizable() && !by_key_.count(key);
 }
 
 Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step> step,
@@ -483,9 +486,7 @@ std::size_t Registry::adopt(const c10::StorageImpl* const* keys, std::size_t cou
   std::size_t made = 0;
   for (std::size_t i = 0; i < count; ++i) {
     auto* key = const_cast<c10::StorageImpl*>(keys[i]);
-    if (!key || by_key_.count(key) || key->nbytes() < settings_.min_bytes || !key->resizable() ||
-        key->device_type() != settings_.device_type || !key->data())
-      continue;
+    if (!key || !key->data() || !storage_can_become_node_locked(key)) continue;
     // The caller holds a tensor on it for the call: the storage is alive.
     c10::Storage storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(key));
     make_node_locked(storage, std::nullopt, 0, task, {}, {});

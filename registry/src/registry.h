@@ -314,6 +314,9 @@ class Registry {
   // managed device, not one the op read (`read_keys`), not a node already, at least
   // min_bytes, freeable.
   bool can_become_node_locked(const at::Tensor& result, const KeyList& read_keys) const;
+  // The part of that about the storage alone: device, node already, size, freeable (a
+  // subclass's inner results: Note [What a subclass's results keep inside]).
+  bool storage_can_become_node_locked(const c10::StorageImpl* key) const;
   // A new node for `storage`, made by `step` (none: frozen, without lineage), read from
   // `inputs` and `leaves`; `task` is the autograd graph task it was made in (-1: none).
   // Offered to the engine.

@@ -1464,19 +1464,9 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
     # nested tensor's values, made by its own ops below the registry, were never nodes.
     from torch.utils._pytree import tree_map
 
-    class Boxed(torch.Tensor):   # keeps a plain tensor inside; its results are Boxed too
-        @staticmethod
-        def __new__(cls, data):
-            return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype,
-                                                       device=data.device)
-
-        def __init__(self, data):
-            self._data = data
-
+    class Boxed(_Wrapper):   # as _Wrapper, but its results are Boxed too
         def __tensor_flatten__(self):
             return ["_data"], None
-
-        __torch_function__ = torch._C._disabled_torch_function_impl
 
         @classmethod
         def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
