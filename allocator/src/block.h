@@ -165,7 +165,7 @@ inline bool free_for(const Block* b, StreamId stream) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The registry may offer a block as a victim of last resort: evicting it is possible but
 // likely to cost more memory later than it frees now (a node whose replay must rebuild
-// more dead lineage than the budget holds: Note [A restore needs its dead lineage's
+// more dead lineage than 0.3 of the budget: Note [A restore needs its dead lineage's
 // memory] in registry/src/evict.cpp). Such a block counts as evictable only while the
 // evict_last_resort rung plans, after every other rung — stitching, releasing, evicting
 // the rest, compacting, moving what cannot leave — has failed: to the earlier rungs it is

@@ -450,7 +450,8 @@ class Registry {
   // The engine's clock ticks on each mark and touch: see Note [Touches].
   void touch_locked(Node* node);
   void unmark_locked(Node* node);
-  // Under recompute: its dead lineage outweighs the budget, so it is never dropped. See
+  // Under recompute: its dead lineage outweighs a share of the budget, so it is dropped
+  // only as a last resort. See
   // Note [A restore needs its dead lineage's memory] in evict.cpp.
   bool replay_too_dear(const Node* node) const;
   void refresh_budget_locked();  // budget_ from the engine
