@@ -155,6 +155,36 @@ def test_an_out_of_memory_error_fails_the_trial_and_leaves_the_model_trainable()
     assert all(not torch.equal(a, p) for a, p in zip(before, t.model.parameters()))
 
 
+class _OutOfMemoryInBackward(torch.autograd.Function):
+    """Raises an out-of-memory error when its gradient is computed."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise torch.OutOfMemoryError("a test's out-of-memory error in backward")
+
+
+def test_what_a_failed_backward_left_queued_is_let_go_before_the_next_trial():
+    # The loss adds two branches: the one made last runs first in backward and fails
+    # while the other's task waits in the thread's ready queue, holding the tensor its
+    # product saved (Note [What a failed backward leaves queued]). Plain PyTorch keeps it
+    # until the thread's next backward; the trial must not hand it to the next one.
+    saved = []
+
+    def loss(model, x, y):
+        w = torch.randn(1000)
+        saved.append(weakref.ref(w))
+        waiting = (model(x).sum() * w).sum()      # saves w; made first, so run last
+        return waiting + _OutOfMemoryInBackward.apply(model(x)).sum()
+
+    result = run_trial(training(loss), 1)
+    assert result.failure == OUT_OF_MEMORY and "in backward" in result.error
+    assert saved and saved[0]() is None
+
+
 def test_a_runtime_error_that_wraps_an_out_of_memory_error_fails_the_trial(monkeypatch):
     monkeypatch.setattr(FailingSGD, "error",
                         RuntimeError("Error(s) in loading state_dict: CUDA out of memory"))

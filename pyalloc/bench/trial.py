@@ -303,7 +303,32 @@ def run_trial(setup: Union[Training, Callable[[], Training]], steps: int, *, war
             if model is not None:
                 model.zero_grad(set_to_none=True)
             gc.collect()
+        if not result.trained:
+            drain_failed_backward()
     return result
+
+
+def drain_failed_backward() -> None:
+    """Lets go of what a backward pass that raised left queued on this thread.
+
+    Note [What a failed backward leaves queued]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    Autograd runs a backward pass's CPU work on the calling thread, from a ready queue that
+    belongs to the thread and outlives the pass. When a function of the pass raises (an
+    out-of-memory error in a gradient, or in a replay the registry runs for one), the
+    tasks still queued stay there, each holding its autograd function and so the saved
+    tensors of the graph behind it, until the thread's next backward pass pops them and
+    drops them unrun. Plain PyTorch does the same (a tensor saved by a branch still
+    queued lives on after the failed ``backward()`` and dies with the next one). On the
+    simulated device every function is CPU work, so a trial that ran out of memory in
+    backward handed the next trial up to half its budget of the failed one's activations:
+    BERT's 0.43–0.49 of its peak "failed" right after a bisection's failures, and each
+    trained on its own. A GPU's work runs on autograd's device threads instead, which
+    keep popping and so drain their queues by themselves. One backward pass through a
+    one-element tensor drains the calling thread's queue.
+    """
+    with torch.enable_grad():
+        torch.ones((), requires_grad=True).backward()
 
 
 # --- the time limit ------------------------------------------------------------------------------
