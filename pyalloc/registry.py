@@ -49,7 +49,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -359,6 +359,66 @@ class _StorageAccess:
 _storage_access = _StorageAccess()
 
 
+# Note [TorchScript fusion under a policy]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# TorchScript's profiling executor fuses elementwise ops into groups (prim::TensorExprGroup,
+# NNC; on by default for CUDA tensors, and on the CPU once a program calls
+# torch._C._jit_override_can_fuse_on_cpu(True)) whose generated kernel reads its inputs by
+# data pointer: no aten op runs, so the registry cannot restore an evicted input first or
+# pin it while the kernel runs. Inside a differentiable graph the inputs reach the group
+# through `detach`es the registry sees (each restores its source), but not pinned: an op of
+# the same graph that allocates may evict one before the group reads it; and a scripted
+# function called on tensors that do not require grad (under no_grad, or on detached
+# activations) hands its inputs to the group as they are. Seen on the simulated device with
+# the CPU fuser on: a scripted cell called under no_grad on a detached activation, evicted
+# in between, stopped with the evicted-memory error. So while a policy runs, TorchScript's
+# fusers are off (the CPU, GPU, NNC, nvFuser and oneDNN Graph switches, as
+# `torch.jit.fuser("none")` sets them) and its groups' ops run one by one through the
+# dispatcher, where the registry sees them; the switches come back as they were when the
+# policy stops. The cost is the fusion's speed for scripted code. Graphs optimized before
+# the policy started keep their groups: install() comes before the model is built.
+class _ScriptFusion:
+    _SWITCHES = (("_jit_can_fuse_on_cpu", "_jit_override_can_fuse_on_cpu"),
+                 ("_jit_can_fuse_on_gpu", "_jit_override_can_fuse_on_gpu"),
+                 ("_jit_texpr_fuser_enabled", "_jit_set_texpr_fuser_enabled"),
+                 ("_jit_nvfuser_enabled", "_jit_set_nvfuser_enabled"),
+                 ("_jit_llga_enabled", "_jit_set_llga_enabled"))
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved: List[Tuple[Callable[[bool], Any], bool]] = []
+
+    def include(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users > 1:
+                return
+            for get, set_ in self._SWITCHES:
+                getter, setter = getattr(torch._C, get, None), getattr(torch._C, set_, None)
+                if getter is None or setter is None:
+                    continue          # a torch without that fuser
+                try:
+                    was = bool(getter())
+                    if was:
+                        setter(False)
+                        self._saved.append((setter, was))
+                except RuntimeError:
+                    pass              # a build that refuses the switch has no such fuser
+
+    def leave_out(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            for setter, was in reversed(self._saved):
+                setter(was)
+            self._saved.clear()
+
+
+_script_fusion = _ScriptFusion()
+
+
 class Registry:
     """The handle of the running C++ registry; see the module doc.
 
@@ -424,6 +484,7 @@ class Registry:
         self._was_enabled = bool(shim.pyalloc_registry_thread_enable(1))
         _threads_started.include()
         _storage_access.include()
+        _script_fusion.include()      # Note [TorchScript fusion under a policy]
 
     def _stop(self) -> None:
         if not self._running:
@@ -431,6 +492,7 @@ class Registry:
         shim = _torch_shim.load()
         _threads_started.leave_out()
         _storage_access.leave_out()
+        _script_fusion.leave_out()
         shim.pyalloc_registry_thread_enable(int(self._was_enabled))
         self._running = False
         if shim.pyalloc_registry_stop() != 0:

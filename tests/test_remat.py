@@ -199,6 +199,13 @@ def test_what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit
     run_unit("remat_units", "what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit")
 
 
+def test_torchscript_fuses_nothing_while_a_policy_runs():
+    # TorchScript's fusion groups read their inputs by data pointer; found on an H100 (the
+    # scripted check made no node but the mm) and reproduced with the CPU fuser: Note
+    # [TorchScript fusion under a policy] in pyalloc/registry.py.
+    run_unit("remat_units", "torchscript_fuses_nothing_while_a_policy_runs")
+
+
 def test_an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins():
     # Found by tools/user_programs/hf_wav2vec2_ctc.py under recompute at 0.4: Note [What the
     # registry adds to a report] in registry/src/inspect.cpp.

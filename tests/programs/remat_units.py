@@ -1435,6 +1435,37 @@ def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_
     assert torch.equal(want_w, got_w) and torch.equal(want_b, got_b)
 
 
+@torch.jit.script
+def _scripted_cell(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x * y + 1.0) * torch.sigmoid(y)
+
+
+def torchscript_fuses_nothing_while_a_policy_runs() -> None:
+    # Note [TorchScript fusion under a policy] in pyalloc/registry.py: a fusion group's
+    # kernel reads its inputs by data pointer, out of the registry's sight.
+    C = torch._C
+    C._jit_override_can_fuse_on_cpu(True)        # the program's choice, before the policy
+    C._jit_set_te_must_use_llvm_cpu(False)       # NNC's CPU fuser without LLVM
+    try:
+        x = torch.randn(256, 256, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            assert not C._jit_can_fuse_on_cpu() and not C._jit_texpr_fuser_enabled()
+            h = x * 2                            # a node
+            hd = h.detach()                      # an input that requires no grad
+            with torch.no_grad():
+                for _ in range(3):               # profiled, then optimized
+                    want = _scripted_cell(hd, hd)
+                graph = str(torch.jit.last_executed_optimized_graph())
+                assert "TensorExprGroup" not in graph, graph
+                assert reg.evict([reg.node_of(h).handle]) == 1
+                assert hd.untyped_storage().nbytes() == 0
+                got = _scripted_cell(hd, hd)     # each op restores what it reads
+            assert torch.equal(got, want)
+        assert C._jit_can_fuse_on_cpu() and C._jit_texpr_fuser_enabled()   # as they were
+    finally:
+        C._jit_override_can_fuse_on_cpu(False)
+
+
 def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
     # Note [What the registry adds to a report] in registry/src/inspect.cpp: a request that
     # fails inside a replay was blamed on fragmentation (wav2vec2 under recompute at 0.4).
@@ -1531,5 +1562,6 @@ if __name__ == "__main__":
           an_efficient_zero_tensor_is_no_node,
           an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild,
           what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit,
+          torchscript_fuses_nothing_while_a_policy_runs,
           an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins,
           what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back])
