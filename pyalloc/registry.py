@@ -49,7 +49,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -111,6 +111,34 @@ class Node:
         return f"Node({self.handle}, {i.nbytes} bytes, {state}, chain {i.chain})"
 
 
+class _WhilePolicyRuns:
+    """Something the process does while at least one policy runs: the first ``include()``
+    turns it on (``_turn_on``), the last ``leave_out()`` off (``_turn_off``), both under
+    ``_lock``; ``_users`` counts the policies running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+
+    def include(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                self._turn_on()
+
+    def leave_out(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                self._turn_off()
+
+    def _turn_on(self) -> None:
+        raise NotImplementedError
+
+    def _turn_off(self) -> None:
+        raise NotImplementedError
+
+
 # Note [Threads the program starts]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The registry's dispatch key is thread-local: included on the thread that starts the policy,
@@ -123,10 +151,9 @@ class Node:
 # hands the thread to the hook that was there before (a profiler's), if any. Threads already
 # running when the policy started are not reached: start them after install(). A thread keeps
 # the key after the policy stops; the fallback then only passes its ops on.
-class _ThreadsStarted:
+class _ThreadsStarted(_WhilePolicyRuns):
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
+        super().__init__()
         self._previous: Optional[Callable[..., Any]] = None
 
     def _hook(self, frame: Any, event: str, arg: Any) -> Any:
@@ -135,22 +162,16 @@ class _ThreadsStarted:
         _torch_shim.load().pyalloc_registry_thread_enable(1)
         return previous(frame, event, arg) if previous is not None else None
 
-    def include(self) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users == 1:
-                get = getattr(threading, "getprofile", lambda: getattr(threading, "_profile_hook", None))
-                self._previous = get()
-                threading.setprofile(self._hook)
+    def _turn_on(self) -> None:
+        get = getattr(threading, "getprofile", lambda: getattr(threading, "_profile_hook", None))
+        self._previous = get()
+        threading.setprofile(self._hook)
 
-    def leave_out(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                current = getattr(threading, "_profile_hook", None)
-                if current == self._hook:     # not replaced since (by a profiler started later)
-                    threading.setprofile(self._previous)
-                self._previous = None
+    def _turn_off(self) -> None:
+        current = getattr(threading, "_profile_hook", None)
+        if current == self._hook:     # not replaced since (by a profiler started later)
+            threading.setprofile(self._previous)
+        self._previous = None
 
 
 _threads_started = _ThreadsStarted()
@@ -188,13 +209,12 @@ _threads_started = _ThreadsStarted()
 # is the truth about where its memory is. Reads through `data_ptr()` (a Triton or CUDA
 # extension kernel) are not covered either: those get the evicted-memory error, whose
 # message says how to hold the tensors; writes through it are not seen at all.
-class _StorageAccess:
+class _StorageAccess(_WhilePolicyRuns):
     _HOLD = ("__deepcopy__", "__reduce_ex__", "tolist")
     _EXPORT = ("numpy", "__dlpack__")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
+        super().__init__()
         # (class, attribute, what the class itself held before: None when it inherited it)
         self._saved: List[Any] = []
 
@@ -314,46 +334,38 @@ class _StorageAccess:
         resize_.__doc__ = getattr(original, "__doc__", None)
         return resize_
 
-    def include(self) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users > 1:
-                return
-            def replace(cls: Any, name: str, value: Any) -> None:
-                self._saved.append((cls, name, cls.__dict__.get(name)))
-                setattr(cls, name, value)
+    def _turn_on(self) -> None:
+        def replace(cls: Any, name: str, value: Any) -> None:
+            self._saved.append((cls, name, cls.__dict__.get(name)))
+            setattr(cls, name, value)
 
-            for name in self._HOLD + self._EXPORT:
-                replace(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
-            self._wrap_subclasses()
-            access = self
+        for name in self._HOLD + self._EXPORT:
+            replace(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+        self._wrap_subclasses()
+        access = self
 
-            def __init_subclass__(cls: Any, **kwargs: Any) -> None:
-                super(torch.Tensor, cls).__init_subclass__(**kwargs)
-                with access._lock:
-                    if access._users > 0:
-                        access._wrap_dispatch(cls)
+        def __init_subclass__(cls: Any, **kwargs: Any) -> None:
+            super(torch.Tensor, cls).__init_subclass__(**kwargs)
+            with access._lock:
+                if access._users > 0:
+                    access._wrap_dispatch(cls)
 
-            replace(torch.Tensor, "__init_subclass__", classmethod(__init_subclass__))
-            replace(torch.UntypedStorage, "resize_",
-                    self._wrap_resize(torch.UntypedStorage.resize_))
-            prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
-            if isinstance(prop, property) and prop.fget is not None:
-                fget, export = prop.fget, self._export
-                replace(torch.Tensor, "__cuda_array_interface__",
-                        property(lambda t: (export(t), fget(t))[1], doc=prop.__doc__))
+        replace(torch.Tensor, "__init_subclass__", classmethod(__init_subclass__))
+        replace(torch.UntypedStorage, "resize_",
+                self._wrap_resize(torch.UntypedStorage.resize_))
+        prop = torch.Tensor.__dict__.get("__cuda_array_interface__")
+        if isinstance(prop, property) and prop.fget is not None:
+            fget, export = prop.fget, self._export
+            replace(torch.Tensor, "__cuda_array_interface__",
+                    property(lambda t: (export(t), fget(t))[1], doc=prop.__doc__))
 
-    def leave_out(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users > 0:
-                return
-            for cls, name, saved in reversed(self._saved):
-                if saved is None:
-                    delattr(cls, name)            # back to the base class's own
-                else:
-                    setattr(cls, name, saved)
-            self._saved.clear()
+    def _turn_off(self) -> None:
+        for cls, name, saved in reversed(self._saved):
+            if saved is None:
+                delattr(cls, name)            # back to the base class's own
+            else:
+                setattr(cls, name, saved)
+        self._saved.clear()
 
 
 _storage_access = _StorageAccess()
@@ -377,7 +389,7 @@ _storage_access = _StorageAccess()
 # dispatcher, where the registry sees them; the switches come back as they were when the
 # policy stops. The cost is the fusion's speed for scripted code. Graphs optimized before
 # the policy started keep their groups: install() comes before the model is built.
-class _ScriptFusion:
+class _ScriptFusion(_WhilePolicyRuns):
     _SWITCHES = (("_jit_can_fuse_on_cpu", "_jit_override_can_fuse_on_cpu"),
                  ("_jit_can_fuse_on_gpu", "_jit_override_can_fuse_on_gpu"),
                  ("_jit_texpr_fuser_enabled", "_jit_set_texpr_fuser_enabled"),
@@ -385,35 +397,25 @@ class _ScriptFusion:
                  ("_jit_llga_enabled", "_jit_set_llga_enabled"))
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._saved: List[Tuple[Callable[[bool], Any], bool]] = []
+        super().__init__()
+        self._turned_off: List[Callable[[bool], Any]] = []   # the setters of switches that were on
 
-    def include(self) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users > 1:
-                return
-            for get, set_ in self._SWITCHES:
-                getter, setter = getattr(torch._C, get, None), getattr(torch._C, set_, None)
-                if getter is None or setter is None:
-                    continue          # a torch without that fuser
-                try:
-                    was = bool(getter())
-                    if was:
-                        setter(False)
-                        self._saved.append((setter, was))
-                except RuntimeError:
-                    pass              # a build that refuses the switch has no such fuser
+    def _turn_on(self) -> None:
+        for get, set_ in self._SWITCHES:
+            getter, setter = getattr(torch._C, get, None), getattr(torch._C, set_, None)
+            if getter is None or setter is None:
+                continue          # a torch without that fuser
+            try:
+                if getter():
+                    setter(False)
+                    self._turned_off.append(setter)
+            except RuntimeError:
+                pass              # a build that refuses the switch has no such fuser
 
-    def leave_out(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users > 0:
-                return
-            for setter, was in reversed(self._saved):
-                setter(was)
-            self._saved.clear()
+    def _turn_off(self) -> None:
+        for setter in reversed(self._turned_off):
+            setter(True)
+        self._turned_off.clear()
 
 
 _script_fusion = _ScriptFusion()
