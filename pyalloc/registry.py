@@ -384,16 +384,17 @@ _storage_access = _StorageAccess()
 # activations) hands its inputs to the group as they are. Seen on the simulated device with
 # the CPU fuser on: a scripted cell called under no_grad on a detached activation, evicted
 # in between, stopped with the evicted-memory error. So while a policy runs, TorchScript's
-# fusers are off (the CPU, GPU, NNC, nvFuser and oneDNN Graph switches, as
-# `torch.jit.fuser("none")` sets them) and its groups' ops run one by one through the
-# dispatcher, where the registry sees them; the switches come back as they were when the
-# policy stops. The cost is the fusion's speed for scripted code. Graphs optimized before
-# the policy started keep their groups: install() comes before the model is built.
+# fusers are off (the CPU, GPU, NNC and oneDNN Graph switches, as `torch.jit.fuser("none")`
+# sets them) and its groups' ops run one by one through the dispatcher, where the registry
+# sees them; the switches come back as they were when the policy stops. The cost is the
+# fusion's speed for scripted code. Graphs optimized before the policy started keep their
+# groups: install() comes before the model is built. nvFuser left TorchScript in torch 2.2:
+# its switch is a no-op whose getter prints a deprecation warning, which reading it put on
+# every user's stderr at install(), so it is not touched.
 class _ScriptFusion(_WhilePolicyRuns):
     _SWITCHES = (("_jit_can_fuse_on_cpu", "_jit_override_can_fuse_on_cpu"),
                  ("_jit_can_fuse_on_gpu", "_jit_override_can_fuse_on_gpu"),
                  ("_jit_texpr_fuser_enabled", "_jit_set_texpr_fuser_enabled"),
-                 ("_jit_nvfuser_enabled", "_jit_set_nvfuser_enabled"),
                  ("_jit_llga_enabled", "_jit_set_llga_enabled"))
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_program, run_unit, train
+from conftest import run_program, run_python, run_unit, train
 
 
 @pytest.mark.slow
@@ -340,3 +340,18 @@ def test_empty_cache_after_an_oom_in_backward_frees_what_the_failed_step_left():
     assert "oom" in out
     held = int(out.split("held ")[1].split()[0])
     assert held <= 64 << 10, out
+
+
+def test_starting_a_policy_prints_no_warning_of_torch():
+    # Reading TorchScript's nvFuser switch (a deprecated no-op since torch 2.2) printed a
+    # C++ warning at every install() with a policy: Note [TorchScript fusion under a
+    # policy] in pyalloc/registry.py. torch's C++ warnings go to fd 2, sent to stdout here.
+    out = run_python("-c", (
+        "import os, sys; os.dup2(sys.stdout.fileno(), sys.stderr.fileno())\n"
+        "import torch, pyalloc\n"
+        "pyalloc.install(budget='256MiB', device='cpu', policy='recompute')\n"
+        "x = torch.randn(64, 64, requires_grad=True)\n"
+        "(x * 2).sum().backward()\n"
+        "print('trained')\n"))
+    assert "trained" in out
+    assert "nvfuser" not in out.lower() and "deprecated" not in out.lower(), out
