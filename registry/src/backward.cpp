@@ -365,14 +365,17 @@ void Registry::settle_costly_lineage_locked(Lock& lock) {
   // the outputs of one op share it).
   ska::flat_hash_map<const void*, std::size_t> occurrences;
   {
-    ska::flat_hash_set<const Recording*> seen;
+    const std::uint64_t visit = ++settle_visit_;
     auto note = [&](const c10::IValue& value) {
       if (value.toTensor().defined()) ++occurrences[value.toTensor().unsafeGetTensorImpl()];
     };
     for (const Node* node = nodes_.oldest(); node; node = node->newer) {
       if (!node->lineage() || !(node->dead || node->weak.expired())) continue;
-      for (const Step& step : node->steps)
-        if (seen.insert(step.rec.get()).second) for_each_recorded_tensor(*step.rec, note);
+      for (const Step& step : node->steps) {
+        if (step.rec->settle_visit == visit) continue;
+        step.rec->settle_visit = visit;
+        for_each_recorded_tensor(*step.rec, note);
+      }
     }
   }
   ska::flat_hash_set<const void*> counted;

@@ -186,6 +186,9 @@ struct Recording {
   // it is off, gave one result fewer than the forward recorded. A replay runs in the same
   // mode; it stays below autograd either way (Note [The registry's own ops]).
   bool grad_mode = false;
+  // Registry::settle_visit_ when settle_costly_lineage_locked last counted its tensors (once
+  // per walk, though every output of the op shares it); guarded by the registry's mutex.
+  mutable std::uint64_t settle_visit = 0;
 };
 
 // One op of a storage's chain: its creation (output: which tensor of the op's results,

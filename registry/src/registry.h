@@ -592,6 +592,7 @@ class Registry {
   };
   std::uint64_t charge_visit_ = 0;
   std::vector<WalkFrom> charge_stack_;
+  std::uint64_t settle_visit_ = 0;  // settle_costly_lineage_locked's walks (Recording::settle_visit)
   // The batch of deaths being released (Note [Charging a batch of deaths]): its number,
   // whether one is being released, and the nodes each death's charge reached.
   std::uint64_t death_batch_ = 0;
