@@ -355,3 +355,29 @@ def test_starting_a_policy_prints_no_warning_of_torch():
         "print('trained')\n"))
     assert "trained" in out
     assert "nvfuser" not in out.lower() and "deprecated" not in out.lower(), out
+
+
+_SINE_CHAIN = (
+    "import os, sys; os.dup2(sys.stdout.fileno(), sys.stderr.fileno())\n"
+    "import torch, pyalloc\n"
+    "pyalloc.install(budget=sys.argv[1], device='cpu', policy='recompute')\n"
+    "x = torch.randn(1 << 18, requires_grad=True)\n"      # 1 MiB; sin saves its input
+    "for step in range(2):\n"
+    "    y = x\n"
+    "    for _ in range(48):\n"
+    "        y = torch.sin(y)\n"
+    "    y.sum().backward()\n"
+    "print('trained')\n")
+
+
+def test_an_iteration_that_replays_more_tensors_than_it_runs_ops_is_reported_once():
+    # Note [Replays that dominate an iteration] in registry/src/restore.cpp: 48 sines of
+    # 1 MiB in 8 MiB replay ~350 tensors an iteration for 149 ops; both iterations do, the
+    # warning comes once. With memory to spare, or at 24 MiB (79 replays), none.
+    tight = run_python("-c", _SINE_CHAIN, "8MiB")
+    assert "trained" in tight
+    assert tight.count("pyalloc: warning: the last training iteration recomputed") == 1, tight
+    assert "Raise the budget" in tight and 'policy="swap"' in tight
+    for budget in ("1GiB", "24MiB"):
+        roomy = run_python("-c", _SINE_CHAIN, budget)
+        assert "trained" in roomy and "warning" not in roomy, roomy

@@ -70,6 +70,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   parameter_storages_.clear();
   watched_.clear();
   counters_ = Counters{};
+  ops_at_iteration_ = recomputes_at_iteration_ = 0;
   replays_by_op_.clear();
   fills_.clear();
   next_sweep_ = kSweepEvery;

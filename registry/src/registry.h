@@ -503,6 +503,8 @@ class Registry {
   void prefetch_after(Lock& lock, Node* node);
   void backward_use_locked(Node* node);
   void end_iteration_locked();
+  // --- restore.cpp: Note [Replays that dominate an iteration] ---
+  void warn_if_replays_dominate_locked();
 
   // --- backward.cpp: what a backward pass creates (Note [Backward nodes]) ---
   // The op runs inside autograd graph task `task`: its first op arranges for end_backward.
@@ -527,6 +529,8 @@ class Registry {
   std::atomic<bool> interrupt_{false};  // See interrupt()
   std::uint64_t generation_ = 0;                // guarded by mu_; bumped by start()
   std::uint64_t iterations_ = 0;                // backward passes ended (outermost); mu_
+  // counters_.ops and .recomputes when the last iteration ended; mu_
+  std::int64_t ops_at_iteration_ = 0, recomputes_at_iteration_ = 0;
   pyalloc_engine* engine_ = nullptr;            // guarded by mu_
   Settings settings_;                           // guarded by mu_
   bool can_swap_ = false;                       // policy swap or hybrid

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -534,6 +535,36 @@ void Registry::restore_all() {
     if (node->evicted && !node->dead && program_holds_locked(node)) restore_now(lock, node);
     if (node->arriving) arrive_locked(node);
   }
+}
+
+// Note [Replays that dominate an iteration]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Just above its least budget a model can train while recompute keeps evicting what it must
+// bring back soon: on 2026-11-26 the zoo's GRU language model at 0.40-0.43 of its peak took
+// 4-6 s a step against 0.07 s unconstrained, bit-identical and silent, and a user saw only a
+// run slow for no reason given. So when an iteration (its outermost backward pass ended)
+// restored by replay at least as many tensors as it ran ops, the registry says so, once per
+// process, with the figures and what to change. A replay runs at least one op, so such an
+// iteration computed about everything twice; with memory to spare nothing is replayed, and
+// at half the peak a few percent of the ops are (the CNN 11 for 185 ops, ResNet-50 on an
+// H100 29 for 584, GPT-2 small at four times stock's batch ~550 for ~1,700).
+constexpr std::int64_t kReplaysPerOpToWarn = 1;
+
+void Registry::warn_if_replays_dominate_locked() {
+  const std::int64_t ops = counters_.ops - ops_at_iteration_;
+  const std::int64_t replays = counters_.recomputes - recomputes_at_iteration_;
+  ops_at_iteration_ = counters_.ops;
+  recomputes_at_iteration_ = counters_.recomputes;
+  static std::atomic<bool> warned{false};
+  if (ops <= 0 || replays < kReplaysPerOpToWarn * ops || warned.exchange(true)) return;
+  std::fprintf(stderr,
+               "pyalloc: warning: the last training iteration recomputed %lld evicted tensors "
+               "while it ran %lld ops: at this budget (%.1f MiB) recompute keeps evicting what "
+               "it must soon bring back, so each step computes much of its work twice or more. "
+               "Raise the budget or lower the batch size, or try policy=\"swap\" or "
+               "\"hybrid\". (Shown once.)\n",
+               static_cast<long long>(replays), static_cast<long long>(ops),
+               static_cast<double>(budget_) / (1 << 20));
 }
 
 }  // namespace pyalloc::registry

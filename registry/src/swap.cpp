@@ -198,6 +198,7 @@ void Registry::backward_use_locked(Node* node) {
 void Registry::end_iteration_locked() {
   in_backward_ = false;
   ++iterations_;
+  warn_if_replays_dominate_locked();
   if (!order_cur_.empty()) {
     order_prev_.swap(order_cur_);
     order_cur_.clear();
