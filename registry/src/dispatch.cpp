@@ -95,7 +95,7 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
 // Under recompute they stay resident, as before.
 constexpr int kHearSaves = 1;     // Note [What autograd saves]
 constexpr int kHearTangents = 2;  // Note [Tangents forward-mode AD makes]
-thread_local int t_autograd_layer_heard = 0;
+thread_local PYALLOC_HOT_TLS int t_autograd_layer_heard = 0;
 
 class HearAutogradLayer {
  public:

@@ -1,5 +1,6 @@
 // op_info.cpp — working out and caching OpInfo.
 #include "op_info.h"
+#include "own_ops.h"  // PYALLOC_HOT_TLS
 
 #include <ATen/core/enum_tag.h>
 #include <c10/util/flat_hash_map.h>
@@ -145,8 +146,8 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   thread_local Cache cache;
   // The last op asked about, before the map: most ops repeat the one before (a chain of
   // elementwise ops, then their gradients).
-  thread_local const void* t_last_key = nullptr;
-  thread_local const OpInfo* t_last = nullptr;
+  thread_local PYALLOC_HOT_TLS const void* t_last_key = nullptr;
+  thread_local PYALLOC_HOT_TLS const OpInfo* t_last = nullptr;
   const c10::FunctionSchema& schema = op.schema();
   const void* key = &schema;
   const std::uint64_t epoch = g_epoch.load(std::memory_order_acquire);

@@ -13,6 +13,16 @@ namespace pyalloc::registry {
 // The dispatch key the registry's fallback is registered on (dispatch.cpp).
 constexpr c10::DispatchKey kRegistryKey = c10::DispatchKey::DeferredInit;
 
+// Note [Thread-locals on the per-op path]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The shim is a library Python loads with dlopen, so by default each thread-local it reads
+// is found through a call to __tls_get_addr: several a op on the per-op path. The few plain
+// words read there on every op are instead in the initial-exec model, read at a fixed
+// offset from the thread pointer. A library loaded with dlopen gets such space from the
+// static TLS block's reserve, a few hundred bytes that glibc sets aside for this; these
+// take 24 bytes, so the rest (strings, vectors, the op cache) stay in the default model.
+#define PYALLOC_HOT_TLS __attribute__((tls_model("initial-exec")))
+
 // Note [Re-entry through Python modes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A Python dispatch mode (TorchDispatchMode) runs below the registry's key, but PyTorch
@@ -24,7 +34,7 @@ constexpr c10::DispatchKey kRegistryKey = c10::DispatchKey::DeferredInit;
 // deadlock on it. A thread-local depth, which no saved dispatch state restores, marks
 // "below the registry": the fallback passes such ops straight through.
 inline int& below_registry_depth() {
-  thread_local int depth = 0;
+  thread_local PYALLOC_HOT_TLS int depth = 0;
   return depth;
 }
 
