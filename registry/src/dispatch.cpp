@@ -51,6 +51,9 @@ constexpr c10::DispatchKeySet kCppWrapperKeys({
 constexpr c10::DispatchKeySet kWrapperKeys =
     kCppWrapperKeys | c10::DispatchKeySet(c10::DispatchKey::Python);
 
+// This thread's identity as the registry keeps it (Registry::owner_thread_); never 0.
+std::uint64_t thread_hash() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+
 void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
   c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
   BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
@@ -545,12 +548,14 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     return pass_through(op, ks, stack);
   }
   ++counters_.ops;
-  // The thread's identity and the graph task of its previous op here (one thread-local).
+  // The thread's identity (0 until its first op) and the graph task of its previous op
+  // here (one thread-local, initialized statically: Note [Thread-locals on the per-op path]).
   struct ThreadSeen {
-    std::uint64_t id = std::hash<std::thread::id>{}(std::this_thread::get_id());
-    std::int64_t task = -1;
+    std::uint64_t id;
+    std::int64_t task;
   };
-  thread_local ThreadSeen t_seen;
+  thread_local PYALLOC_HOT_TLS ThreadSeen t_seen{0, -1};
+  if (t_seen.id == 0) t_seen.id = thread_hash();
   const std::uint64_t t_thread = t_seen.id;
   const std::int64_t previous_task = std::exchange(t_seen.task, task);
   if (t_thread != owner_thread_ &&

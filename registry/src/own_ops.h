@@ -16,11 +16,11 @@ constexpr c10::DispatchKey kRegistryKey = c10::DispatchKey::DeferredInit;
 // Note [Thread-locals on the per-op path]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The shim is a library Python loads with dlopen, so by default each thread-local it reads
-// is found through a call to __tls_get_addr: several a op on the per-op path. The few plain
+// is found through a call to __tls_get_addr: several an op on the per-op path. The few plain
 // words read there on every op are instead in the initial-exec model, read at a fixed
 // offset from the thread pointer. A library loaded with dlopen gets such space from the
 // static TLS block's reserve, a few hundred bytes that glibc sets aside for this; these
-// take 24 bytes, so the rest (strings, vectors, the op cache) stay in the default model.
+// take 40 bytes, so the rest (strings, vectors, the op cache) stay in the default model.
 #define PYALLOC_HOT_TLS __attribute__((tls_model("initial-exec")))
 
 // Note [Re-entry through Python modes]
