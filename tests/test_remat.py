@@ -381,3 +381,10 @@ def test_an_iteration_that_replays_more_tensors_than_it_runs_ops_is_reported_onc
     for budget in ("1GiB", "24MiB"):
         roomy = run_python("-c", _SINE_CHAIN, budget)
         assert "trained" in roomy and "warning" not in roomy, roomy
+
+
+def test_a_thread_that_keeps_the_gil_while_it_makes_tensors_does_not_deadlock_backward():
+    # Found by tools/user_programs/two_threads.py under hybrid: Note [Python's references
+    # under the registry's mutex] in registry/src/backward.cpp. A race: a hang shows as
+    # "hung" or the timeout; without the fix a run of this length hangs often, not always.
+    assert run_program("threads_gil_and_registry", "16", timeout=240).strip().endswith("finished")

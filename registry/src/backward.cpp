@@ -71,6 +71,8 @@
 // What a backward recording keeps as a leaf (not a node) is what existed before the pass:
 // parameters, inputs, targets, forward tensors too small to be nodes; they are held until
 // the pass ends at the latest.
+#include <Python.h>  // first, as Python asks; Note [Python's references under the registry's mutex]
+
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
 
@@ -82,6 +84,34 @@
 #include "registry.h"
 
 namespace pyalloc::registry {
+namespace {
+
+// Holds the GIL for its scope where Python runs and is not shutting down; nothing otherwise.
+class GilFirst {
+ public:
+  GilFirst() {
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (Py_IsInitialized() && !finalizing) {
+      state_ = PyGILState_Ensure();
+      held_ = true;
+    }
+  }
+  ~GilFirst() {
+    if (held_) PyGILState_Release(state_);
+  }
+  GilFirst(const GilFirst&) = delete;
+  GilFirst& operator=(const GilFirst&) = delete;
+
+ private:
+  PyGILState_STATE state_{};
+  bool held_ = false;
+};
+
+}  // namespace
 
 void Registry::enter_backward_locked(std::int64_t task, std::int64_t previous) {
   if (std::find(open_tasks_.begin(), open_tasks_.end(), task) != open_tasks_.end()) return;
@@ -102,17 +132,26 @@ void Registry::enter_backward_locked(std::int64_t task, std::int64_t previous) {
 }
 
 void Registry::end_backward(std::int64_t task, std::uint64_t generation) {
+  {
+    Lock lock(mu_);
+    Burial burial(*this, lock);
+    if (!active_.load() || generation != generation_) return;
+    end_backward_locked(lock, task, /*settle_costly=*/false);
+  }
+  // What asks Python's reference counts runs with the GIL taken before the mutex: Note
+  // [Python's references under the registry's mutex].
+  GilFirst gil;
   Lock lock(mu_);
   Burial burial(*this, lock);
   if (!active_.load() || generation != generation_) return;
-  end_backward_locked(lock, task);
+  settle_costly_lineage_locked(lock);
 }
 
 void Registry::end_stale_backwards_locked(Lock& lock) {
   while (!open_tasks_.empty()) end_backward_locked(lock, open_tasks_.back());
 }
 
-void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
+void Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly) {
   auto open = std::find(open_tasks_.begin(), open_tasks_.end(), task);
   if (open == open_tasks_.end()) return;
   open_tasks_.erase(open);
@@ -148,7 +187,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
     // The enclosing pass adopts what survives; what only the dead read goes now.
     for (Handle h : survivors) backward_nodes_.emplace_back(outer, h);
     release_dead_locked(dead);
-    settle_costly_lineage_locked(lock);
+    if (settle_costly) settle_costly_lineage_locked(lock);
     return;
   }
   for (Handle& h : survivors) {
@@ -194,7 +233,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task) {
   }
   revisit_unread_locked();  // what frozen survivors read: Note [Inputs a frozen node no longer reads]
   if (open_tasks_.empty()) settle_old_lineage_locked(lock);
-  settle_costly_lineage_locked(lock);
+  if (settle_costly) settle_costly_lineage_locked(lock);
 }
 
 // Note [Lineage that outlives its iteration]
@@ -311,9 +350,22 @@ void for_each_recorded_tensor(const Recording& rec, F&& f) {
   }
 }
 
+// Note [Python's references under the registry's mutex]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Asking a PyObject's reference count (has_unique_reference) takes the GIL. Asked with the
+// registry's mutex held, that inverted the lock order (GIL, then registry: "Locks" in
+// docs/design.md) and two Python threads deadlocked: one in backward's final callback,
+// holding the mutex and waiting for the GIL, the other in `torch.tensor(list)`, which keeps
+// the GIL while its lift_fresh waits for the mutex (a trainer beside a thread that makes
+// tensors: tools/user_programs/two_threads.py under hybrid hung in 1 of 7 runs). So the
+// count is asked only by a thread that holds the GIL already; end_backward takes it before
+// the mutex for the settling that asks (GilFirst). Elsewhere (a pass that ended by an
+// exception, settled by the next op) the answer is "Python may hold it": the bytes are
+// not counted as lineage's alone, which only keeps lineage longer.
 template <typename T>
 std::size_t python_side_refs(const T& target) {
   if constexpr (HasUniquePyobjQuery<T>::value) {
+    if (!Py_IsInitialized() || !PyGILState_Check()) return 0;
     return target.pyobj_slot()->has_unique_reference() ? 1 : 0;
   } else {
     return 0;

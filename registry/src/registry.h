@@ -512,7 +512,9 @@ class Registry {
   // inside if it is new and that one is still open.
   void enter_backward_locked(std::int64_t task, std::int64_t previous);
   void end_backward(std::int64_t task, std::uint64_t generation);
-  void end_backward_locked(Lock& lock, std::int64_t task);
+  // settle_costly: settle costly lineage too (end_backward does it apart, with the GIL
+  // taken first: Note [Python's references under the registry's mutex] in backward.cpp).
+  void end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly = true);
   // Passes that ended by an exception (no final callback ran).
   void end_stale_backwards_locked(Lock& lock);
   static std::int64_t now_ns();
