@@ -177,6 +177,15 @@ void pyalloc_empty_cache_hook(void) {
   }
 }
 
+int pyalloc_after_fork_in_child(void) {
+  for (auto& slot : g_engines) {
+    pyalloc_engine* e = slot.load(std::memory_order_acquire);
+    std::string error;
+    if (e && !e->backend().after_fork_in_child(&error)) return fail(error);
+  }
+  return 0;
+}
+
 void pyalloc_memory_fraction_hook(double fraction, int device) {
   pyalloc_engine* e = installed_engine(device);
   if (!e) throw std::invalid_argument("pyalloc: " + t_error);

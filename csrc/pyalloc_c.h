@@ -36,6 +36,9 @@ typedef struct pyalloc_engine pyalloc_engine;
 PYALLOC_API void* pyalloc_malloc(size_t size, int device, void* stream);
 PYALLOC_API void pyalloc_free(void* ptr, size_t size, int device, void* stream);
 PYALLOC_API void pyalloc_empty_cache_hook(void);
+/* In a child just forked: gives each installed simulated device memory of the child's own,
+   with the parent's contents (Note [The simulated device after fork]). 0 on success. */
+PYALLOC_API int pyalloc_after_fork_in_child(void);
 PYALLOC_API void pyalloc_memory_fraction_hook(double fraction, int device);
 PYALLOC_API void pyalloc_record_stream_hook(void* ptr, void* stream);
 

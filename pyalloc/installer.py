@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any, Optional
 
 import torch
@@ -177,3 +178,29 @@ def _install_cpu(options: str) -> None:
         raise PyallocError(_lib.last_error())
     if shim.pyalloc_cpu_shim_install(lib.pyalloc_installed_engine(0)) != 0:
         raise PyallocError("the CPU shim refused to install (null function pointer)")
+    _after_fork.register()
+
+
+class _AfterFork:
+    """A forked child (a DataLoader worker) gets simulated-device memory of its own, with the
+    parent's contents: Note [The simulated device after fork] in allocator/src/host_backend.cpp.
+    Registered once; os.fork() runs it in the child (a fork that execs at once never does)."""
+
+    def __init__(self) -> None:
+        self._registered = False
+
+    def register(self) -> None:
+        if not self._registered:
+            os.register_at_fork(after_in_child=self._in_child)
+            self._registered = True
+
+    @staticmethod
+    def _in_child() -> None:
+        if _lib.lib().pyalloc_after_fork_in_child() != 0:
+            # The child's memory is still the parent's: it must not go on writing into it.
+            sys.stderr.write(f"pyalloc: a forked child could not get memory of its own "
+                             f"({_lib.last_error()}); it exits\n")
+            os._exit(70)
+
+
+_after_fork = _AfterFork()

@@ -78,3 +78,9 @@ def test_cuda_without_gpu_names_the_fix():
 def test_stats_before_install_raise():
     with pytest.raises(pyalloc.PyallocError, match="not installed"):
         pyalloc.memory_stats()
+
+
+def test_a_forked_child_gets_simulated_device_memory_of_its_own():
+    # Found by tools/user_programs/dataloader_workers.py (DataLoader workers, fork): Note
+    # [The simulated device after fork] in allocator/src/host_backend.cpp.
+    assert run_program("fork_children_own_memory", env={"OMP_NUM_THREADS": "1"}).strip().endswith("ok")

@@ -94,6 +94,12 @@ class Backend {
     return true;
   }
 
+  // In a process just forked from the one that made this backend: gives the child memory of
+  // its own with the same contents at the same addresses, where the backend's memory would
+  // otherwise stay shared with the parent (Note [The simulated device after fork] in
+  // host_backend.cpp). A GPU's memory is not inherited: nothing to do.
+  virtual bool after_fork_in_child(std::string* /*error*/) { return true; }
+
   // --- streams and events ----------------------------------------------------------
   // True if work on `stream` completes before the call that enqueued it returns (the
   // simulated device's stream 0). Blocks freed on such a stream are idle at once.

@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace pyalloc {
@@ -268,6 +270,80 @@ bool HostBackend::map_file_chunks(std::uintptr_t va, const std::vector<std::uint
     }
     i = j;
   }
+  return true;
+}
+
+// Note [The simulated device after fork]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The simulated device's memory is one memfd mapped MAP_SHARED (so that stitching can show
+// the same pages at two addresses, as cuMemMap does). A forked child (a DataLoader worker)
+// inherits those mappings shared, not copied, and a copy of the allocator that believes the
+// same blocks free as the parent does: the child's new tensors and the parent's landed on
+// the same pages, and each read the other's bytes (a worker's batch came back holding
+// another worker's; found by tools/user_programs/dataloader_workers.py, under no policy
+// too). With plain PyTorch a child gets a copy-on-write copy. So in the child (Python's
+// os.register_at_fork, which `install()` sets up: forks that exec at once, as subprocess's,
+// pay nothing) the backend copies the chunks in use into a memfd of its own and maps each
+// range the old file was mapped at, found in /proc/self/maps by the file's inode, from the
+// new one at the same offset. The child then has the parent's contents at fork time and
+// memory of its own, as with PyTorch's allocator; the copy costs the bytes in use.
+bool HostBackend::after_fork_in_child(std::string* error) {
+  struct stat old_stat {};
+  if (fstat(fd_, &old_stat) != 0) {
+    *error = errno_text("fstat of the simulated device");
+    return false;
+  }
+  const int fresh = memfd_create("pyalloc-simulated-device", MFD_CLOEXEC);
+  if (fresh < 0 || ftruncate(fresh, static_cast<off_t>(chunk_count_ * kChunk)) != 0) {
+    *error = errno_text("a forked child's simulated device");
+    if (fresh >= 0) close(fresh);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(chunk_mutex_);
+  std::vector<char> buffer(kChunk);
+  for (const auto& [handle, chunks] : physical_) {
+    for (std::uint32_t chunk : chunks) {
+      const off_t at = static_cast<off_t>(chunk) * static_cast<off_t>(kChunk);
+      if (pread(fd_, buffer.data(), kChunk, at) != static_cast<ssize_t>(kChunk) ||
+          pwrite(fresh, buffer.data(), kChunk, at) != static_cast<ssize_t>(kChunk)) {
+        *error = errno_text("copying the simulated device for a forked child");
+        close(fresh);
+        return false;
+      }
+    }
+  }
+  // Every mapping of the old file, from /proc/self/maps: "start-end perms offset dev inode path".
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (!maps) {
+    *error = errno_text("reading /proc/self/maps");
+    close(fresh);
+    return false;
+  }
+  struct Range {
+    std::uintptr_t start, end;
+    off_t offset;
+  };
+  std::vector<Range> ranges;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps)) {
+    unsigned long start = 0, end = 0, offset = 0, inode = 0;
+    char perms[8] = {0}, dev[32] = {0};
+    if (std::sscanf(line, "%lx-%lx %7s %lx %31s %lu", &start, &end, perms, &offset, dev, &inode) == 6 &&
+        inode == static_cast<unsigned long>(old_stat.st_ino) && perms[3] == 's')
+      ranges.push_back({start, end, static_cast<off_t>(offset)});
+  }
+  std::fclose(maps);
+  for (const Range& r : ranges) {
+    void* want = reinterpret_cast<void*>(r.start);
+    if (mmap(want, r.end - r.start, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fresh,
+             r.offset) == MAP_FAILED) {
+      *error = errno_text("mapping a forked child's simulated device");
+      close(fresh);
+      return false;
+    }
+  }
+  close(fd_);
+  fd_ = fresh;
   return true;
 }
 

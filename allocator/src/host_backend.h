@@ -54,6 +54,7 @@ class HostBackend final : public Backend {
                 std::size_t bytes) override;
   bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) override;
 
+  bool after_fork_in_child(std::string* error) override;
   bool stream_is_synchronous(StreamId stream) const override {
     return stream == 0 && sync_stream0_;
   }
@@ -92,7 +93,7 @@ class HostBackend final : public Backend {
   // all or nothing.
   bool map_file_chunks(std::uintptr_t va, const std::vector<std::uint32_t>& chunks);
 
-  const int fd_;
+  int fd_;  // replaced in a forked child (after_fork_in_child)
   const bool sync_stream0_;
   const std::size_t chunk_count_;
 
