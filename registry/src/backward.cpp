@@ -135,8 +135,9 @@ void Registry::end_backward(std::int64_t task, std::uint64_t generation) {
   {
     Lock lock(mu_);
     Burial burial(*this, lock);
-    if (!active_.load() || generation != generation_) return;
-    end_backward_locked(lock, task, /*settle_costly=*/false);
+    if (!active_.load() || generation != generation_ ||
+        !end_backward_locked(lock, task, /*settle_costly=*/false))
+      return;
   }
   // What asks Python's reference counts runs with the GIL taken before the mutex: Note
   // [Python's references under the registry's mutex].
@@ -151,9 +152,9 @@ void Registry::end_stale_backwards_locked(Lock& lock) {
   while (!open_tasks_.empty()) end_backward_locked(lock, open_tasks_.back());
 }
 
-void Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly) {
+bool Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly) {
   auto open = std::find(open_tasks_.begin(), open_tasks_.end(), task);
-  if (open == open_tasks_.end()) return;
+  if (open == open_tasks_.end()) return false;
   open_tasks_.erase(open);
   if (open_tasks_.empty()) end_iteration_locked();
   // The open pass this one ran inside (Note [Passes inside a pass]): enter_backward_locked
@@ -188,7 +189,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
     for (Handle h : survivors) backward_nodes_.emplace_back(outer, h);
     release_dead_locked(dead);
     if (settle_costly) settle_costly_lineage_locked(lock);
-    return;
+    return true;
   }
   for (Handle& h : survivors) {
     Node* node = find_locked(h);
@@ -234,6 +235,7 @@ void Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
   revisit_unread_locked();  // what frozen survivors read: Note [Inputs a frozen node no longer reads]
   if (open_tasks_.empty()) settle_old_lineage_locked(lock);
   if (settle_costly) settle_costly_lineage_locked(lock);
+  return true;
 }
 
 // Note [Lineage that outlives its iteration]

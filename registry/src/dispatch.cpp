@@ -51,9 +51,6 @@ constexpr c10::DispatchKeySet kCppWrapperKeys({
 constexpr c10::DispatchKeySet kWrapperKeys =
     kCppWrapperKeys | c10::DispatchKeySet(c10::DispatchKey::Python);
 
-// This thread's identity as the registry keeps it (Registry::owner_thread_); never 0.
-std::uint64_t thread_hash() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
-
 void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torch::jit::Stack* stack) {
   c10::impl::ExcludeDispatchKeyGuard guard(kRegistryKey);
   BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h

@@ -35,17 +35,16 @@ constexpr double kRelocatePenalty = 64.0;
 // memory with everything pinned (or, where it also asked for the weight gradient, on that:
 // Note [Replaying one result of a backward op]). DenseNet's least budget was 0.45 of its
 // peak under both strategies, its floor 0.32.
-// So a node whose dead lineage alone weighs more than a share of the budget (see below) is
-// a victim of last resort
-// (Note [Last-resort victims] in allocator/src/block.h): it stays resident (compaction may
-// still move it) for as long as any other rung can serve a request, and is dropped only
-// where the alternative is an out-of-memory error. With a host pool (`relocate`) it leaves
-// as a host copy instead, like a node without lineage. `dead_bytes` is counted as `cost`
-// is — a death adds the dead node's bytes and its own dead_bytes to each live node reached
-// through dead readers, a gradient inherits its backward inputs' when it is made — so it
-// can only overestimate (a dead node rebuilt and held still counts, and one reached along
-// two paths counts twice), which errs towards keeping.
-// The whole budget, not a multiple of the node's bytes: the GRU's per-timestep states
+// So a node whose dead lineage alone weighs more than a share of the budget (see below) is a
+// victim of last resort (Note [Last-resort victims] in allocator/src/block.h): it stays
+// resident (compaction may still move it) for as long as any other rung can serve a request,
+// and is dropped only where the alternative is an out-of-memory error. With a host pool
+// (`relocate`) it leaves as a host copy instead, like a node without lineage. `dead_bytes` is
+// counted as `cost` is — a death adds the dead node's bytes and its own dead_bytes to each
+// live node reached through dead readers, a gradient inherits its backward inputs' when it is
+// made — so it can only overestimate (a dead node rebuilt and held still counts, and one
+// reached along two paths counts twice), which errs towards keeping.
+// A share of the budget, not a multiple of the node's bytes: the GRU's per-timestep states
 // have dead lineage a hundred times their size, a few MiB, and are the victims that let
 // it train; a bound of four times the node's bytes took its least budget from 0.44 to
 // 0.79. Nor never dropped (the rule's first form, 3ee4208, reverted): a packed

@@ -76,7 +76,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   next_sweep_ = kSweepEvery;
   last_evict_sweep_ = -1;
   deaths_seen_ = api.freed_marked_count(engine);
-  owner_thread_ = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  owner_thread_ = thread_hash();
   seen_threads_.clear();
   ordinal_ = 0;
   by_ordinal_.clear();

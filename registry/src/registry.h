@@ -46,6 +46,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -110,6 +111,12 @@ struct NodeInfo {
   char op[64];  // the op that made it ("aten::mm."), "" once frozen
   std::uint64_t data;  // where its bytes are now (0 when evicted)
 };
+
+// The calling thread's identity as the registry keeps it (Registry::owner_thread_, the
+// per-op path's seen threads); never 0.
+inline std::uint64_t thread_hash() {
+  return std::hash<std::thread::id>{}(std::this_thread::get_id());
+}
 
 // The nodes an op or a replay works on (few: an op's inputs).
 using NodeList = c10::SmallVector<Node*, 4>;
@@ -514,7 +521,8 @@ class Registry {
   void end_backward(std::int64_t task, std::uint64_t generation);
   // settle_costly: settle costly lineage too (end_backward does it apart, with the GIL
   // taken first: Note [Python's references under the registry's mutex] in backward.cpp).
-  void end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly = true);
+  // False where `task` was no open pass (ended already): nothing was done.
+  bool end_backward_locked(Lock& lock, std::int64_t task, bool settle_costly = true);
   // Passes that ended by an exception (no final callback ran).
   void end_stale_backwards_locked(Lock& lock);
   static std::int64_t now_ns();
