@@ -42,4 +42,9 @@ threads = [threading.Thread(target=train, daemon=True), threading.Thread(target=
 for t in threads:
     t.start()
 threads[0].join(timeout=150)
-print("finished" if not threads[0].is_alive() else "hung", flush=True)
+finished = not threads[0].is_alive()
+# The tensor maker stops once the trainer has: joined, so that no daemon thread is inside
+# torch's C++ when the interpreter shuts down (a thread made to exit there while it waits
+# for the GIL aborts the process: "terminate called without an active exception").
+threads[1].join(timeout=60)
+print("finished" if finished and not threads[1].is_alive() else "hung", flush=True)
