@@ -64,6 +64,12 @@ def test_readers_of_an_earlier_version_stay_recomputable():
     run_unit("remat_units", "readers_of_an_earlier_version_stay_recomputable")
 
 
+def test_a_batch_norm_applied_twice_keeps_both_outputs_recomputable():
+    # A siamese encoder's passes through one batch norm: only inference mode reads the
+    # running statistics. See Note [Running statistics are read only in inference].
+    run_unit("remat_units", "a_batch_norm_applied_twice_keeps_both_outputs_recomputable")
+
+
 def test_what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit():
     # a.mul_(w) needs the old a for w's gradient: autograd's kernel clones it, inside the op.
     # See Note [What autograd saves] in registry/src/dispatch.cpp.

@@ -48,6 +48,12 @@ struct OpInfo {
   // without reading and inference-mode batch norm reads without writing, and what random
   // ops write, their draws (rrelu_with_noise's noise, as large as its input).
   std::vector<std::uint16_t> snapshot;
+  // Batch norms' running statistics (their positions), which training mode writes without
+  // its results depending on them: a recording made in training mode is not their reader
+  // (Note [Running statistics are read only in inference]). `training_arg`: the position of
+  // the op's `training` flag, or -1 where the op always trains (_batch_norm_with_update).
+  std::vector<std::uint16_t> running_stats;
+  std::int16_t training_arg = -1;
   Flops flops = Flops::kNone;
   std::uint16_t num_arguments = 0;
   std::uint16_t num_returns = 0;

@@ -239,6 +239,19 @@ void Registry::note_parameter_storage_locked(const at::TensorBase& parameter) {
     it->second = storage.getWeakStorageImpl();
 }
 
+// Note [Running statistics are read only in inference]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A recorded op is a reader of every argument that is no node (leaf_readers_): a later
+// write of one settles the op's outputs, which freezes them, since a replay would read the
+// new contents. A batch norm in training mode is no reader of its running statistics: it
+// updates them, but its results depend on the batch alone, and a replay updates copies
+// (Note [What a recorded op writes] in dispatch.cpp). Counted as one, a model applied
+// several times before its backward froze all but the last application's batch-norm
+// outputs, each one's update of the shared statistics settling the ones before: a siamese
+// network's three passes through one encoder left 63 MiB in 12 activations that could never
+// leave, and it ran out of memory under recompute at 0.4 of its peak
+// (tools/user_programs/siamese_triplet.py), where swap trained. In inference mode a batch
+// norm reads them, and stays their reader.
 void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
                               c10::ArrayRef<c10::IValue> args, Pending* pending) {
   auto rec = std::allocate_shared<Recording>(PooledAllocator<Recording, LockedFreeList>(&recordings_), op);
@@ -247,6 +260,16 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
   NodeList* inputs = &pending->inputs;
   KeyList* leaves = &pending->leaves;
   double& in_bytes = pending->in_bytes;
+  // See Note [Running statistics are read only in inference].
+  const bool training_stats =
+      !info.running_stats.empty() &&
+      (info.training_arg < 0 ||
+       (static_cast<std::size_t>(info.training_arg) < args.size() &&
+        args[info.training_arg].isBool() && args[info.training_arg].toBool()));
+  auto unread = [&](std::uint16_t arg) {
+    return training_stats && std::find(info.running_stats.begin(), info.running_stats.end(),
+                                       arg) != info.running_stats.end();
+  };
   // A registered storage becomes a Ref (None in the stack); a Python number stays a
   // number; anything else is kept as it is, a tensor with an autograd history as a
   // detached alias, so lineage never keeps a graph alive.
@@ -273,7 +296,7 @@ void Registry::prepare_locked(const c10::OperatorHandle& op, const OpInfo& info,
     }
     Node* node = by_key_locked(key);
     if (!node) {
-      leaves->push_back(key);
+      if (!unread(arg)) leaves->push_back(key);
       // Parameters stay with their module; anything else may be dropped by the program
       // and left to the recording (Note [Deaths worth a drain] in liveness.cpp).
       // A view of a parameter (a slice of a packed attention projection) is a parameter.

@@ -71,6 +71,32 @@ def readers_of_an_earlier_version_stay_recomputable() -> None:
         assert torch.equal(a2, want2)
 
 
+def a_batch_norm_applied_twice_keeps_both_outputs_recomputable() -> None:
+    # Note [Running statistics are read only in inference] in registry/src/registry.cpp.
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(64)
+    x1, x2 = torch.randn(512, 64, requires_grad=True), torch.randn(512, 64, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        y1 = bn(x1) * 2                 # training: writes the running statistics
+        want1 = y1.detach().clone()
+        y2 = bn(x2) * 2                 # writes them again: y1 was made without reading them
+        node = reg.node_of(y1)
+        assert not node.frozen, "a training-mode update of the running statistics froze y1"
+        reg.evict(list(reg.nodes))
+        assert reg.node_of(y1).evicted
+        assert torch.equal(y1, want1)
+        stats = (bn.running_mean.clone(), bn.running_var.clone())
+        (y1.sum() + y2.sum()).backward()  # the replay updated copies, never the module's
+        assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.running_var, stats[1])
+        # In inference mode a batch norm reads them: a later update settles what it made.
+        bn.eval()
+        z = bn(x1.detach()) * 2
+        want_z = z.clone()
+        bn.train()
+        bn(x2.detach())
+        assert reg.node_of(z).frozen and torch.equal(z, want_z)
+
+
 def what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit() -> None:
     torch.manual_seed(0)
     x = torch.randn(256, 256, requires_grad=True)
@@ -1564,4 +1590,5 @@ if __name__ == "__main__":
           what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit,
           torchscript_fuses_nothing_while_a_policy_runs,
           an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins,
-          what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back])
+          what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back,
+          a_batch_norm_applied_twice_keeps_both_outputs_recomputable])
