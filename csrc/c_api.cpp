@@ -177,6 +177,11 @@ void pyalloc_empty_cache_hook(void) {
   }
 }
 
+void pyalloc_before_fork(void) {
+  for (auto& slot : g_engines)
+    if (pyalloc_engine* e = slot.load(std::memory_order_acquire)) e->backend().before_fork();
+}
+
 int pyalloc_after_fork_in_child(void) {
   for (auto& slot : g_engines) {
     pyalloc_engine* e = slot.load(std::memory_order_acquire);

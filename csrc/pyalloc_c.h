@@ -39,6 +39,9 @@ PYALLOC_API void pyalloc_empty_cache_hook(void);
 /* In a child just forked: gives each installed simulated device memory of the child's own,
    with the parent's contents (Note [The simulated device after fork]). 0 on success. */
 PYALLOC_API int pyalloc_after_fork_in_child(void);
+/* In the process about to fork: waits for each installed simulated device's streams, so the
+   child inherits no work in flight (Note [The simulated device after fork]). */
+PYALLOC_API void pyalloc_before_fork(void);
 PYALLOC_API void pyalloc_memory_fraction_hook(double fraction, int device);
 PYALLOC_API void pyalloc_record_stream_hook(void* ptr, void* stream);
 

@@ -97,6 +97,7 @@ _SIGNATURES = {
     "pyalloc_engine_blocked_ns": (_c.c_uint64, [_engine_p]),
     "pyalloc_install": (_c.c_int, [_c.c_char_p, _c.c_char_p]),
     "pyalloc_after_fork_in_child": (_c.c_int, []),
+    "pyalloc_before_fork": (None, []),
     "pyalloc_is_installed": (_c.c_int, []),
     "pyalloc_installed_engine": (_engine_p, [_c.c_int]),
     "pyalloc_sim_fill_async": (_c.c_int, [_engine_p, _c.c_size_t, _c.c_void_p, _c.c_size_t, _c.c_int]),

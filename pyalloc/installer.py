@@ -184,15 +184,21 @@ def _install_cpu(options: str) -> None:
 class _AfterFork:
     """A forked child (a DataLoader worker) gets simulated-device memory of its own, with the
     parent's contents: Note [The simulated device after fork] in allocator/src/host_backend.cpp.
-    Registered once; os.fork() runs it in the child (a fork that execs at once never does)."""
+    Registered once; os.fork() runs it in the child (a fork that execs at once never does),
+    after the parent waited for its streams (``_before``): the child has none of the parent's
+    stream workers, and work left in flight would never finish there."""
 
     def __init__(self) -> None:
         self._registered = False
 
     def register(self) -> None:
         if not self._registered:
-            os.register_at_fork(after_in_child=self._in_child)
+            os.register_at_fork(before=self._before, after_in_child=self._in_child)
             self._registered = True
+
+    @staticmethod
+    def _before() -> None:
+        _lib.lib().pyalloc_before_fork()
 
     @staticmethod
     def _in_child() -> None:

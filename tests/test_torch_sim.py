@@ -84,3 +84,10 @@ def test_a_forked_child_gets_simulated_device_memory_of_its_own():
     # Found by tools/user_programs/dataloader_workers.py (DataLoader workers, fork): Note
     # [The simulated device after fork] in allocator/src/host_backend.cpp.
     assert run_program("fork_children_own_memory", env={"OMP_NUM_THREADS": "1"}).strip().endswith("ok")
+
+
+def test_a_forked_child_swaps_on_streams_of_its_own():
+    # Found by tools/user_programs/hogwild_share_memory.py: a child forked under hybrid
+    # waited for ever for a copy on a stream whose worker thread the fork had not copied.
+    out = run_program("fork_child_under_swap", timeout=180, env={"OMP_NUM_THREADS": "1"})
+    assert out.strip().endswith("ok")

@@ -99,6 +99,9 @@ class Backend {
   // otherwise stay shared with the parent (Note [The simulated device after fork] in
   // host_backend.cpp). A GPU's memory is not inherited: nothing to do.
   virtual bool after_fork_in_child(std::string* /*error*/) { return true; }
+  // In the process about to fork: leaves nothing in flight that the child would wait for
+  // (the simulated device drains its streams). A GPU: nothing to do.
+  virtual void before_fork() {}
 
   // --- streams and events ----------------------------------------------------------
   // True if work on `stream` completes before the call that enqueued it returns (the

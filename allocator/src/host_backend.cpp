@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 namespace pyalloc {
 namespace {
@@ -73,6 +74,21 @@ class HostStream {
     cv_.notify_one();
   }
   void set_delay(unsigned us) { delay_us_.store(us); }
+  // In a forked child: fork copies only the calling thread, so the worker does not exist
+  // here, and its mutex and condition variable hold whatever state it left them in. Both
+  // are made anew and a worker of the child's own started; the old thread object names no
+  // thread here and is overwritten, not destroyed (destroying a joinable one terminates).
+  // The parent drained the stream before the fork (before_fork), so the queue is empty;
+  // anything left runs here first, in order. See Note [The simulated device after fork].
+  void restart_in_child() {
+    new (&mutex_) std::mutex;
+    new (&cv_) std::condition_variable;
+    std::deque<std::function<void()>> left;
+    left.swap(queue_);
+    for (auto& task : left) task();
+    stopping_ = false;
+    new (&worker_) std::thread([this] { run(); });
+  }
 
  private:
   void run() {
@@ -287,7 +303,18 @@ bool HostBackend::map_file_chunks(std::uintptr_t va, const std::vector<std::uint
 // range the old file was mapped at, found in /proc/self/maps by the file's inode, from the
 // new one at the same offset. The child then has the parent's contents at fork time and
 // memory of its own, as with PyTorch's allocator; the copy costs the bytes in use.
+// The streams are the other half: each is a worker thread, and a fork copies only the
+// thread that called it. A child whose allocator waited for a copy on a stream (a swap
+// under swap or hybrid, a fence before reusing a block another stream used) waited for a
+// worker that did not exist, for ever (tools/user_programs/hogwild_share_memory.py, a
+// Hogwild worker forked under hybrid). So the parent drains every stream before the fork
+// (before_fork, from os.register_at_fork's `before`), no copy is in flight and every event
+// is passed; and the child gives each stream a worker of its own and makes the backend's
+// mutexes anew (only the child's one thread exists to hold them).
 bool HostBackend::after_fork_in_child(std::string* error) {
+  new (&chunk_mutex_) std::mutex;
+  new (&stream_mutex_) std::mutex;
+  for (auto& kv : streams_) kv.second->restart_in_child();
   struct stat old_stat {};
   if (fstat(fd_, &old_stat) != 0) {
     *error = errno_text("fstat of the simulated device");

@@ -55,6 +55,7 @@ class HostBackend final : public Backend {
   bool map_handles(std::uintptr_t va, const PhysicalHandle* handles, std::size_t count) override;
 
   bool after_fork_in_child(std::string* error) override;
+  void before_fork() override { synchronize_device(); }
   bool stream_is_synchronous(StreamId stream) const override {
     return stream == 0 && sync_stream0_;
   }
