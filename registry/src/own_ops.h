@@ -32,7 +32,11 @@ constexpr c10::DispatchKey kRegistryKey = c10::DispatchKey::DeferredInit;
 // although the registry excluded its key around the op: they would be recorded a second
 // time, and one the registry runs while it holds its mutex (a copy into a storage) would
 // deadlock on it. A thread-local depth, which no saved dispatch state restores, marks
-// "below the registry": the fallback passes such ops straight through.
+// "below the registry": the fallback passes such ops straight through. (PyTorch 2.13
+// instead runs a mode's __torch_dispatch__ with the functionality keys above Python,
+// DeferredInit among them, in the exclude set, so there a mode's ops do not reach the
+// registry at all: one that reads an evicted tensor the op does not take raises the
+// evicted-memory error. docs/results/notebook.md, eighteenth session.)
 inline int& below_registry_depth() {
   thread_local PYALLOC_HOT_TLS int depth = 0;
   return depth;
