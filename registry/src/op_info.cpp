@@ -87,17 +87,14 @@ std::unique_ptr<OpInfo> compute(const c10::OperatorHandle& op) {
         info->written.push_back(i);
     }
     // Found by name: _native_batch_norm_legit.no_stats has a bool and a float at 3 and 4.
-    bool has_training = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (args[i].name() == "running_mean" || args[i].name() == "running_var")
         info->running_stats.push_back(static_cast<std::uint16_t>(i));
-      if (args[i].name() == "training" && args[i].type()->kind() == c10::TypeKind::BoolType) {
+      if (args[i].name() == "training" && args[i].type()->kind() == c10::TypeKind::BoolType)
         info->training_arg = static_cast<std::int16_t>(i);
-        has_training = true;
-      }
     }
     // Without a training flag only _batch_norm_with_update always trains.
-    if (!has_training && base != "aten::_batch_norm_with_update") info->running_stats.clear();
+    if (info->training_arg < 0 && base != "aten::_batch_norm_with_update") info->running_stats.clear();
   }
   const auto& returns = schema.returns();
   info->aliases_only = !returns.empty() && std::all_of(returns.begin(), returns.end(),
