@@ -72,7 +72,7 @@ class _NodeInfo(ctypes.Structure):
                 ("pins", ctypes.c_int32), ("chain", ctypes.c_int32), ("readers", ctypes.c_int32),
                 ("evicted", ctypes.c_uint8), ("dead", ctypes.c_uint8), ("frozen", ctypes.c_uint8),
                 ("fixed", ctypes.c_uint8), ("clean", ctypes.c_uint8), ("marked", ctypes.c_uint8),
-                ("op", ctypes.c_char * 64), ("data", ctypes.c_uint64)]
+                ("last_resort", ctypes.c_uint8), ("op", ctypes.c_char * 64), ("data", ctypes.c_uint64)]
 
 
 class Node:
@@ -82,7 +82,8 @@ class Node:
     address (``tensor.untyped_storage()._cdata``), 0 once the program dropped it; ``chain``
     the length of its lineage (0: frozen); ``op`` the op that made it (``"aten::mm."``);
     ``clean``: a host copy equal to its contents exists; ``dead``: the program's storage is
-    gone and the node lives on as lineage.
+    gone and the node lives on as lineage; ``last_resort``: under recompute it is evicted
+    only where nothing else can go (its replay is too dear, or it may become a ``.grad``).
     """
 
     __slots__ = ("handle",)
@@ -101,7 +102,7 @@ class Node:
             return getattr(self._info(), name)
         if name == "op":
             return self._info().op.decode()
-        if name in ("evicted", "dead", "frozen", "fixed", "clean", "marked"):
+        if name in ("evicted", "dead", "frozen", "fixed", "clean", "marked", "last_resort"):
             return bool(getattr(self._info(), name))
         raise AttributeError(name)
 

@@ -254,6 +254,11 @@ def test_parameters_inputs_and_gradients_are_never_evicted():
     run_unit("remat_units", "parameters_inputs_and_gradients_are_never_evicted")
 
 
+def test_a_gradient_bound_for_a_grad_is_a_victim_of_last_resort():
+    # Note [Gradients bound for .grad] in registry/src/backward.cpp.
+    run_unit("remat_units", "a_gradient_bound_for_a_grad_is_a_victim_of_last_resort")
+
+
 @pytest.mark.slow
 def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     run_unit("remat_units", "what_backward_creates_is_evicted_and_recomputed_bit_for_bit")

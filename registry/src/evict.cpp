@@ -79,7 +79,8 @@ constexpr double kReplayShareOfBudget = 0.3;
 
 bool Registry::replay_too_dear(const Node* node) const {
   return !can_swap_ && node->lineage() && budget_ > 0 &&
-         node->dead_bytes > kReplayShareOfBudget * static_cast<double>(budget_);
+         (node->for_grad ||  // Note [Gradients bound for .grad] in backward.cpp
+          node->dead_bytes > kReplayShareOfBudget * static_cast<double>(budget_));
 }
 
 // The budget changes rarely (Engine::set_budget); it is read when the registry starts and

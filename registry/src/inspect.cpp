@@ -162,6 +162,7 @@ bool Registry::node_info(Handle handle, NodeInfo* out) {
   out->fixed = node->fixed;
   out->clean = node->clean;
   out->marked = node->marked;
+  out->last_resort = replay_too_dear(node);
   std::string op;
   if (node->lineage()) {
     const c10::OperatorName& name = node->steps.front().rec->op.operator_name();

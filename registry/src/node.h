@@ -249,6 +249,7 @@ struct Node {
   bool fixed = false;             // its data cannot be freed (not resizable)
   bool marked = false;            // offered to the engine as evictable
   bool backward = false;          // made in a backward pass (Note [Backward nodes])
+  bool for_grad = false;          // may become a leaf's .grad (Note [Gradients bound for .grad])
   // Swapping (policy swap/hybrid).
   std::uint64_t slot = 0;         // the engine's host slot holding a copy, or 0
   bool clean = false;             // that copy equals the contents (no write since)

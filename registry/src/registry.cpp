@@ -462,6 +462,7 @@ Node* Registry::make_node_locked(const c10::Storage& storage, std::optional<Step
   node->cost = cost;
   node->dead_bytes = dead_bytes;
   node->backward = backward;
+  node->for_grad = backward && node->lineage() && may_become_a_grad();  // Note [Gradients bound for .grad]
   node->iteration = iterations_;
   by_key_[node->key] = node;
   if (can_swap_ && !in_backward_) {

@@ -108,9 +108,15 @@ struct NodeInfo {
   std::int32_t chain;    // steps of lineage (0: frozen)
   std::int32_t readers;
   std::uint8_t evicted, dead, frozen, fixed, clean, marked;
+  std::uint8_t last_resort;  // dropped only where nothing else can go (Registry::replay_too_dear)
   char op[64];  // the op that made it ("aten::mm."), "" once frozen
   std::uint64_t data;  // where its bytes are now (0 when evicted)
 };
+
+// Whether what the calling thread makes now may become a leaf's .grad: autograd is running
+// an AccumulateGrad or a node with an edge into one (Note [Gradients bound for .grad] in
+// backward.cpp).
+bool may_become_a_grad();
 
 // The calling thread's identity as the registry keeps it (Registry::owner_thread_, the
 // per-op path's seen threads); never 0.
@@ -457,9 +463,9 @@ class Registry {
   // The engine's clock ticks on each mark and touch: see Note [Touches].
   void touch_locked(Node* node);
   void unmark_locked(Node* node);
-  // Under recompute: its dead lineage outweighs a share of the budget, so it is dropped
-  // only as a last resort. See
-  // Note [A restore needs its dead lineage's memory] in evict.cpp.
+  // Under recompute: its dead lineage outweighs a share of the budget, or it may become a
+  // leaf's .grad, so it is dropped only as a last resort. See Note [A restore needs its dead
+  // lineage's memory] in evict.cpp and Note [Gradients bound for .grad] in backward.cpp.
   bool replay_too_dear(const Node* node) const;
   void refresh_budget_locked();  // budget_ from the engine
   double eviction_cost_locked(const Node* node) const;

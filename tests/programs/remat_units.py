@@ -362,6 +362,33 @@ def parameters_inputs_and_gradients_are_never_evicted() -> None:
                    for n in reg.nodes.values())
 
 
+def a_gradient_bound_for_a_grad_is_a_victim_of_last_resort() -> None:
+    # Note [Gradients bound for .grad]: what autograd makes in a node with an edge into an
+    # AccumulateGrad (a Linear's AddmmBackward: the bias's) may become a parameter's .grad,
+    # which the pass's end must bring back; the engine drops it only where nothing else can
+    # go. A gradient made by a node with no such edge (ReLU's) stays an ordinary victim.
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(256, 512), torch.nn.Linear(512, 512)
+    head = torch.nn.Linear(512, 10)
+    x = torch.randn(512, 256)
+    seen = {}
+    with pyalloc.recompute(min_bytes=0) as reg:
+        pre = second(torch.relu(first(x)))      # its gradient comes from ReLU's backward
+
+        def hook(grad):
+            weight_grad = reg.node_of(head.weight.grad)  # stolen by AccumulateGrad, in the pass
+            seen["weight grad"] = weight_grad is not None and weight_grad.last_resort
+            node = reg.node_of(grad)
+            seen["activation grad"] = node is not None and not node.last_resort
+            return grad
+
+        pre.register_hook(hook)
+        head(torch.relu(pre)).logsumexp(1).mean().backward()
+        # Once the pass ends the gradients are the program's: no nodes.
+        assert all(reg.node_of(p.grad) is None for p in head.parameters())
+    assert seen == {"weight grad": True, "activation grad": True}, seen
+
+
 def backward_model():
     """A small MLP with dropout, its input, and ``step(evict_in_backward, fail=False)``: a
     training step under ``recompute(min_bytes=0)`` whose hook, inside backward, may evict
@@ -1591,4 +1618,5 @@ if __name__ == "__main__":
           torchscript_fuses_nothing_while_a_policy_runs,
           an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins,
           what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back,
-          a_batch_norm_applied_twice_keeps_both_outputs_recomputable])
+          a_batch_norm_applied_twice_keeps_both_outputs_recomputable,
+          a_gradient_bound_for_a_grad_is_a_victim_of_last_resort])
