@@ -505,7 +505,9 @@ class Registry:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Within the block the calling thread's ops bypass the registry (benchmarks compare
-        with and without it in one process)."""
+        with and without it in one process). Nothing is recorded or brought back there: an op
+        that reads a tensor the registry evicted raises the evicted-memory error. Read such
+        tensors inside ``holding([...])`` as well, or outside the block."""
         shim = _torch_shim.load()
         was = shim.pyalloc_registry_thread_enable(0)
         try:

@@ -186,7 +186,8 @@ const char* const kEvictedDataMessage =
     "reading it would have read memory that is not there. Evicted tensors come back for aten "
     "ops on the thread that started the policy, on autograd's threads and on threads started "
     "with `threading` after it; not on a thread that was already running when the policy "
-    "started, nor for a kernel launched on tensor.data_ptr() (Triton, a CUDA extension). "
+    "started, nor inside `pyalloc.registry.active().paused()`, nor for a kernel launched on "
+    "tensor.data_ptr() (Triton, a CUDA extension). "
     "Start such threads after pyalloc.install(); call such kernels from a torch.library "
     "custom op, or keep their inputs resident with "
     "`with pyalloc.registry.active().holding([tensors]):`.";
