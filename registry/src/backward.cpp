@@ -141,7 +141,7 @@ bool may_become_a_grad() {
   const auto current = torch::autograd::get_current_node();
   if (!current) return false;
   // AccumulateGrad runs first among ready nodes: its sequence number is UINT64_MAX (Note
-  // [Sequence Number] in torch/csrc/autograd/function.h), which is also what an Error node
+  // [Sequence Number] in torch/csrc/autograd/node.h), which is also what an Error node
   // has. The number is a plain field; a dynamic_cast on every edge cost more than 800
   // instructions per backward op on the worst-case chain, so only a match is cast.
   const auto is_accumulator = [](const torch::autograd::Node* node) {
