@@ -557,6 +557,7 @@ void Registry::warn_if_replays_dominate_locked() {
   recomputes_at_iteration_ = counters_.recomputes;
   static std::atomic<bool> warned{false};
   if (ops <= 0 || replays < kReplaysPerOpToWarn * ops || warned.exchange(true)) return;
+  refresh_budget_locked();  // read when the engine last asked for victims: maybe since changed
   std::fprintf(stderr,
                "pyalloc: warning: the last training iteration recomputed %lld evicted tensors "
                "while it ran %lld ops: at this budget (%.1f MiB) recompute keeps evicting what "
