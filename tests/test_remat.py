@@ -389,6 +389,7 @@ def test_an_iteration_that_replays_more_tensors_than_it_runs_ops_is_reported_onc
     assert "trained" in tight
     assert tight.count("pyalloc: warning: the last training iteration recomputed") == 1, tight
     assert "Raise the budget" in tight and 'policy="swap"' in tight
+    assert "at this budget (8.0 MiB)" in tight, tight
     for budget in ("1GiB", "24MiB"):
         roomy = run_python("-c", _SINE_CHAIN, budget)
         assert "trained" in roomy and "warning" not in roomy, roomy
