@@ -80,11 +80,12 @@
 // a replay through the pass's dead gradients and the forward activations they read, dead by
 // then too: the zoo's MobileNet at half its peak evicted such gradients and replayed them on
 // every step (264 evictions and 331 recomputes a step); where the pass's end found no room,
-// the optimizer's read of such a gradient replayed 28 deep. So a
-// backward node made while autograd runs an AccumulateGrad (a tensor hook on a parameter) or
-// a node with an edge into one (the node whose outputs include a parameter's gradient) is a
-// victim of last resort, as a node whose dead lineage outweighs a share of the budget is
-// (Note [A restore needs its dead lineage's memory] in evict.cpp). The test is by node, not
+// the optimizer's read of such a gradient replayed 28 deep. So a backward node made while
+// autograd runs an AccumulateGrad (a tensor hook on a parameter) or a node with an edge into
+// one (the node whose outputs include a parameter's gradient) is a victim of last resort, as
+// a node whose dead lineage outweighs a share of the budget is (Note [A restore needs its
+// dead lineage's memory] in evict.cpp), for as long as its pass runs: a survivor of a pass
+// that builds a graph stays a node and is an ordinary victim again. The test is by node, not
 // by output: a layer's backward makes the gradient with respect to its input in the same node
 // (AddmmBackward, ConvolutionBackward), and that gradient is bound for the layer before, not
 // for a .grad; it becomes a victim of last resort too. Measured with tools/bench_remat.py
@@ -236,8 +237,10 @@ bool Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
     Node* node = find_locked(h);
     if (!node || node->dead) continue;
     if (node->lineage() && node->steps.front().rec->grad_mode) {
-      // Made by a pass that builds a graph: See Note [Passes that build a graph].
+      // Made by a pass that builds a graph: See Note [Passes that build a graph]. The
+      // program's now, an ordinary victim again (Note [Gradients bound for .grad]).
       node->backward = false;
+      if (std::exchange(node->for_grad, false) && node->marked) mark_locked(node);
       h = 0;
       continue;
     }

@@ -386,6 +386,13 @@ def a_gradient_bound_for_a_grad_is_a_victim_of_last_resort() -> None:
         head(torch.relu(pre)).logsumexp(1).mean().backward()
         # Once the pass ends the gradients are the program's: no nodes.
         assert all(reg.node_of(p.grad) is None for p in head.parameters())
+        # A pass that builds a graph keeps what it made as nodes (Note [Passes that build a
+        # graph]); made by the head's AddmmBackward, the gradient is an ordinary victim once
+        # its pass has ended.
+        h = torch.relu(second(torch.relu(first(x))))
+        (g,) = torch.autograd.grad(head(h).logsumexp(1).mean(), h, create_graph=True)
+        node = reg.node_of(g)
+        assert node is not None and node.chain > 0 and not node.last_resort, node
     assert seen == {"weight grad": True, "activation grad": True}, seen
 
 
