@@ -239,10 +239,13 @@ struct Node {
   int pins = 0;                   // ops and replays using it now
   std::uint64_t last_tick = 0;    // Registry::ticks_ at its last mark or touch
   std::uint64_t charge_visit = 0; // Registry::charge_visit_ when a death's walk last reached it
-  // Dead, in batch `frontier_batch` of deaths: the nodes its death charged, a range of
-  // Registry::frontiers_ (Note [Charging a batch of deaths] in liveness.cpp).
-  std::uint64_t frontier_batch = 0;
+  // Dead, in epoch `frontier_epoch` of Registry::frontiers_: the nodes its death charged,
+  // a range of it (Note [Charging a batch of deaths] in liveness.cpp).
+  std::uint64_t frontier_epoch = 0;
   std::uint32_t frontier_begin = 0, frontier_end = 0;
+  // Charged while a batch of deaths is released: its new price goes to the engine once,
+  // when the batch ends, in the order of the last charge (Registry::charge_order_).
+  std::uint64_t charge_order = 0;
   bool evicted = false;
   bool dead = false;              // the program's storage is gone (see above)
   bool frozen = false;            // lineage invalid: never recomputed again

@@ -426,6 +426,8 @@ class Registry {
   void mark_dead_locked(Node* node);
   // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
   void charge_readers_locked(Node* dead);
+  // Tells the engine the new prices of the nodes a batch of deaths charged (recharged_).
+  void send_charges_locked() noexcept;
   // Walks what was recorded from `start`, and from those, and so on: each node with
   // lineage once, `start` never. `visit(reader)` says whether to go on through the
   // reader's own readers (kInto), not (kOver), to go on through the nodes its own charge
@@ -613,11 +615,14 @@ class Registry {
   std::uint64_t charge_visit_ = 0;
   std::vector<WalkFrom> charge_stack_;
   std::uint64_t settle_visit_ = 0;  // settle_costly_lineage_locked's walks (Recording::settle_visit)
-  // The batch of deaths being released (Note [Charging a batch of deaths]): its number,
-  // whether one is being released, and the nodes each death's charge reached.
-  std::uint64_t death_batch_ = 0;
-  bool releasing_batch_ = false;
+  // Note [Charging a batch of deaths]: the nodes each death's charge reached (ranges of
+  // frontiers_, valid while its epoch lasts), whether a batch of deaths is being released,
+  // and the nodes charged in it whose new price the engine is told when it ends.
+  std::uint64_t frontier_epoch_ = 1;
   std::vector<Handle> frontiers_;
+  bool releasing_batch_ = false;
+  std::uint64_t charge_order_ = 0;
+  std::vector<Handle> recharged_;
   std::uint64_t owner_thread_ = 0;              // the thread that started it
   std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
   // Swap/hybrid: what the previous iteration did, by creation ordinal.
