@@ -72,7 +72,8 @@ class _NodeInfo(ctypes.Structure):
                 ("pins", ctypes.c_int32), ("chain", ctypes.c_int32), ("readers", ctypes.c_int32),
                 ("evicted", ctypes.c_uint8), ("dead", ctypes.c_uint8), ("frozen", ctypes.c_uint8),
                 ("fixed", ctypes.c_uint8), ("clean", ctypes.c_uint8), ("marked", ctypes.c_uint8),
-                ("last_resort", ctypes.c_uint8), ("op", ctypes.c_char * 64), ("data", ctypes.c_uint64)]
+                ("last_resort", ctypes.c_uint8), ("op", ctypes.c_char * 64), ("data", ctypes.c_uint64),
+                ("cost", ctypes.c_double), ("dead_bytes", ctypes.c_double)]
 
 
 class Node:
@@ -83,7 +84,9 @@ class Node:
     the length of its lineage (0: frozen); ``op`` the op that made it (``"aten::mm."``);
     ``clean``: a host copy equal to its contents exists; ``dead``: the program's storage is
     gone and the node lives on as lineage; ``last_resort``: under recompute it is evicted
-    only where nothing else can go (its replay is too dear, or it may become a ``.grad``).
+    only where nothing else can go (its replay is too dear, or it may become a ``.grad``);
+    ``cost``: the price of bringing it back in the cost model's unit, with the dead lineage
+    its replay rebuilds; ``dead_bytes``: the bytes of that lineage.
     """
 
     __slots__ = ("handle",)
@@ -98,7 +101,7 @@ class Node:
         return info
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("key", "nbytes", "pins", "chain", "readers", "data"):
+        if name in ("key", "nbytes", "pins", "chain", "readers", "data", "cost", "dead_bytes"):
             return getattr(self._info(), name)
         if name == "op":
             return self._info().op.decode()

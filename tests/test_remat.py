@@ -259,6 +259,12 @@ def test_a_gradient_bound_for_a_grad_is_a_victim_of_last_resort():
     run_unit("remat_units", "a_gradient_bound_for_a_grad_is_a_victim_of_last_resort")
 
 
+def test_deaths_in_separate_batches_charge_what_one_walk_would():
+    # Note [Charging a batch of deaths] in registry/src/liveness.cpp: frontiers outlive
+    # their batch.
+    run_unit("remat_units", "deaths_in_separate_batches_charge_what_one_walk_would")
+
+
 @pytest.mark.slow
 def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     run_unit("remat_units", "what_backward_creates_is_evicted_and_recomputed_bit_for_bit")

@@ -171,6 +171,8 @@ bool Registry::node_info(Handle handle, NodeInfo* out) {
   std::snprintf(out->op, sizeof out->op, "%s", op.c_str());
   const c10::StorageImpl* s = node->evicted ? nullptr : node->peek();
   out->data = s ? reinterpret_cast<std::uintptr_t>(data_of(&*s)) : 0;
+  out->cost = node->cost;
+  out->dead_bytes = node->dead_bytes;
   return true;
 }
 

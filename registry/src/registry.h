@@ -111,6 +111,10 @@ struct NodeInfo {
   std::uint8_t last_resort;  // dropped only where nothing else can go (Registry::replay_too_dear)
   char op[64];  // the op that made it ("aten::mm."), "" once frozen
   std::uint64_t data;  // where its bytes are now (0 when evicted)
+  // The price of bringing it back (Settings::cost's unit), its dead lineage's included
+  // (Note [Dead inputs cost their readers]), and the bytes of that lineage.
+  double cost;
+  double dead_bytes;
 };
 
 // Whether what the calling thread makes now may become a leaf's .grad: autograd is running

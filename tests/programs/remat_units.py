@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 
 import pytest
 import torch
@@ -394,6 +395,45 @@ def a_gradient_bound_for_a_grad_is_a_victim_of_last_resort() -> None:
         node = reg.node_of(g)
         assert node is not None and node.chain > 0 and not node.last_resort, node
     assert seen == {"weight grad": True, "activation grad": True}, seen
+
+
+def deaths_in_separate_batches_charge_what_one_walk_would() -> None:
+    # Note [Charging a batch of deaths]: a death walks to the frontier an earlier death left,
+    # in an earlier batch too, and a frontier node that died since is walked into. Each
+    # collect() releases its deaths as a batch of their own, newest first, as backward does.
+    x = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        a = x * 2
+        b = a * 3
+        c = a + b               # a diamond: reads a and b
+        d = c * 0.5
+        e = d + b               # reads the dead chain and b directly
+        node = {name: reg.node_of(t) for name, t in dict(a=a, b=b, c=c, d=d, e=e).items()}
+        own = {name: n.cost for name, n in node.items()}
+        assert all(cost > 0 for cost in own.values()), own
+        del d
+        reg.collect()
+        del c
+        reg.collect()
+        assert node["c"].dead and node["d"].dead
+        assert math.isclose(node["e"].cost, own["e"] + own["d"] + own["c"]), node["e"].cost
+        f = e * 2               # e's reader: e's death will charge it
+        node["f"], own["f"] = reg.node_of(f), reg.node_of(f).cost
+        e_at_death = node["e"].cost
+        del e
+        reg.collect()
+        del b                   # through c and d (frontier: e, dead since) and e: to f
+        reg.collect()
+        del a
+        reg.collect()
+        assert all(node[k].dead for k in "abcde") and not node["f"].dead
+        want = own["f"] + e_at_death + own["b"] + own["a"]
+        assert math.isclose(node["f"].cost, want), (node["f"].cost, want)
+        # What its replay rebuilds: every dead node once.
+        assert node["f"].dead_bytes == sum(node[k].nbytes for k in "abcde"), node["f"].dead_bytes
+        want_f = f.detach().clone()
+        reg.evict([node["f"].handle])
+        assert torch.equal(f, want_f)       # rebuilt through all five dead nodes
 
 
 def backward_model():
@@ -1626,4 +1666,5 @@ if __name__ == "__main__":
           an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins,
           what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back,
           a_batch_norm_applied_twice_keeps_both_outputs_recomputable,
-          a_gradient_bound_for_a_grad_is_a_victim_of_last_resort])
+          a_gradient_bound_for_a_grad_is_a_victim_of_last_resort,
+          deaths_in_separate_batches_charge_what_one_walk_would])
