@@ -243,9 +243,6 @@ struct Node {
   // a range of it (Note [Charging a batch of deaths] in liveness.cpp).
   std::uint64_t frontier_epoch = 0;
   std::uint32_t frontier_begin = 0, frontier_end = 0;
-  // Charged while a batch of deaths is released: its new price goes to the engine once,
-  // when the batch ends, in the order of the last charge (Registry::charge_order_).
-  std::uint64_t charge_order = 0;
   bool evicted = false;
   bool dead = false;              // the program's storage is gone (see above)
   bool frozen = false;            // lineage invalid: never recomputed again

@@ -430,8 +430,9 @@ class Registry {
   void mark_dead_locked(Node* node);
   // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
   void charge_readers_locked(Node* dead);
-  // Tells the engine the new prices of the nodes a batch of deaths charged (recharged_).
-  void send_charges_locked() noexcept;
+  // Lets every kept frontier lapse once frontiers_ is full (Note [Charging a batch of
+  // deaths]); called only where no walk is under way.
+  void new_frontier_epoch_if_full_locked();
   // Walks what was recorded from `start`, and from those, and so on: each node with
   // lineage once, `start` never. `visit(reader)` says whether to go on through the
   // reader's own readers (kInto), not (kOver), to go on through the nodes its own charge
@@ -620,13 +621,9 @@ class Registry {
   std::vector<WalkFrom> charge_stack_;
   std::uint64_t settle_visit_ = 0;  // settle_costly_lineage_locked's walks (Recording::settle_visit)
   // Note [Charging a batch of deaths]: the nodes each death's charge reached (ranges of
-  // frontiers_, valid while its epoch lasts), whether a batch of deaths is being released,
-  // and the nodes charged in it whose new price the engine is told when it ends.
+  // frontiers_, valid while their epoch lasts).
   std::uint64_t frontier_epoch_ = 1;
   std::vector<Handle> frontiers_;
-  bool releasing_batch_ = false;
-  std::uint64_t charge_order_ = 0;
-  std::vector<Handle> recharged_;
   std::uint64_t owner_thread_ = 0;              // the thread that started it
   std::vector<std::uint64_t> seen_threads_;     // guarded by mu_
   // Swap/hybrid: what the previous iteration did, by creation ordinal.
