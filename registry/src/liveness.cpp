@@ -75,7 +75,7 @@ void Registry::mark_dead_locked(Node* node) {
 // network's backward walked its whole dead tail on every death: the zoo's GRU (hundreds of
 // per-timestep nodes, dying a cell at a time) visited about 300 nodes a death, 435,000 a
 // step, and its step with a policy on and no pressure took 1.15x the step without; now
-// about 31 a death and 1.10x. The walk reaches the same live nodes and charges them the
+// about 31 a death and 1.09x. The walk reaches the same live nodes and charges them the
 // same; only the order it reaches them in, and so the order of their marks, can differ.
 namespace {
 constexpr std::size_t kMaxFrontiers = std::size_t{1} << 16;
