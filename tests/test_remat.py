@@ -265,6 +265,11 @@ def test_deaths_in_separate_batches_charge_what_one_walk_would():
     run_unit("remat_units", "deaths_in_separate_batches_charge_what_one_walk_would")
 
 
+def test_a_charge_reaching_an_unnoticed_death_still_charges_the_rest():
+    # Note [Deaths found by a charge] in registry/src/liveness.cpp.
+    run_unit("remat_units", "a_charge_reaching_an_unnoticed_death_still_charges_the_rest")
+
+
 @pytest.mark.slow
 def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     run_unit("remat_units", "what_backward_creates_is_evicted_and_recomputed_bit_for_bit")

@@ -428,8 +428,13 @@ class Registry {
   // The program's storage of `node` is gone: its memory went with it (Note [Who holds a
   // storage]).
   void mark_dead_locked(Node* node);
+  // mark_dead_locked's state change alone: no charge.
+  void set_dead_locked(Node* node);
   // Its live readers now pay for rebuilding it too: See Note [Dead inputs cost their readers].
   void charge_readers_locked(Node* dead);
+  // One death's walk; readers it finds dead unnoticed go on `found_dead` (Note [Deaths found
+  // by a charge]).
+  void charge_walk_locked(Node* dead, c10::SmallVectorImpl<Handle>& found_dead);
   // Lets every kept frontier lapse once frontiers_ is full (Note [Charging a batch of
   // deaths]); called only where no walk is under way.
   void new_frontier_epoch_if_full_locked();

@@ -436,6 +436,37 @@ def deaths_in_separate_batches_charge_what_one_walk_would() -> None:
         assert torch.equal(f, want_f)       # rebuilt through all five dead nodes
 
 
+def a_charge_reaching_an_unnoticed_death_still_charges_the_rest() -> None:
+    # Note [Deaths found by a charge] in registry/src/liveness.cpp: a death's walk that meets
+    # a reader whose storage died since the last drain marks that reader dead after the walk,
+    # not inside it, where its own walk emptied this one's work list.
+    base = torch.randn(256, 256, requires_grad=True)
+    with pyalloc.recompute(min_bytes=0) as reg:
+        a = base * 2
+        x = a * 3               # a's first reader: dead before a
+        y = x * 2               # reached from a only through x (x's frontier)
+        b = a + 1               # a's second reader: its storage dies unnoticed
+        z = b * 2               # b's reader, so that b's death walks too
+        node = {name: reg.node_of(t) for name, t in dict(a=a, x=x, y=y, b=b, z=z).items()}
+        own = {name: n.cost for name, n in node.items()}
+        assert all(cost > 0 for cost in own.values()), own
+        del x
+        reg.collect()
+        assert node["x"].dead and math.isclose(node["y"].cost, own["y"] + own["x"])
+        del b                   # freed first, so a's death is taken first: its walk meets b
+        del a
+        reg.collect()
+        assert node["a"].dead and node["b"].dead
+        want_y = own["y"] + own["x"] + own["a"]
+        assert math.isclose(node["y"].cost, want_y), (node["y"].cost, want_y)
+        want_z = own["z"] + own["b"] + own["a"]
+        assert math.isclose(node["z"].cost, want_z), (node["z"].cost, want_z)
+        assert node["y"].dead_bytes == node["a"].nbytes + node["x"].nbytes, node["y"].dead_bytes
+        want = y.clone(), z.clone()
+        reg.evict([node["y"].handle, node["z"].handle])
+        assert torch.equal(y, want[0]) and torch.equal(z, want[1])
+
+
 def backward_model():
     """A small MLP with dropout, its input, and ``step(evict_in_backward, fail=False)``: a
     training step under ``recompute(min_bytes=0)`` whose hook, inside backward, may evict
@@ -1667,4 +1698,5 @@ if __name__ == "__main__":
           what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back,
           a_batch_norm_applied_twice_keeps_both_outputs_recomputable,
           a_gradient_bound_for_a_grad_is_a_victim_of_last_resort,
-          deaths_in_separate_batches_charge_what_one_walk_would])
+          deaths_in_separate_batches_charge_what_one_walk_would,
+          a_charge_reaching_an_unnoticed_death_still_charges_the_rest])
