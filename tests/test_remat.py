@@ -107,6 +107,12 @@ def test_settling_a_pass_without_room_is_no_oom_of_the_programs():
     run_unit("remat_units", "settling_a_pass_without_room_is_no_oom_of_the_programs")
 
 
+def test_a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back():
+    # Note [Survivors that stay evicted] in registry/src/backward.cpp: the same under swap,
+    # where the gradient is a node without lineage and only its host copy holds it.
+    run_unit("remat_units", "a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back")
+
+
 def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
     # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
     # registry/src/dispatch.cpp.
@@ -268,6 +274,12 @@ def test_deaths_in_separate_batches_charge_what_one_walk_would():
 def test_a_charge_reaching_an_unnoticed_death_still_charges_the_rest():
     # Note [Deaths found by a charge] in registry/src/liveness.cpp.
     run_unit("remat_units", "a_charge_reaching_an_unnoticed_death_still_charges_the_rest")
+
+
+def test_a_replay_thousands_deep_fits_a_small_thread_stack():
+    # Note [Deep replays] in registry/src/restore.cpp: before, the recursion overflowed
+    # the stack (a segmentation fault).
+    run_unit("remat_units", "a_replay_thousands_deep_fits_a_small_thread_stack")
 
 
 @pytest.mark.slow

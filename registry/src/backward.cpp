@@ -68,6 +68,14 @@
 // parameter's .grad made inside is frozen then, before the optimizer reads it). Its dead
 // nodes that nothing reads go at once, as at any pass's end.
 //
+// Note [Survivors that stay evicted]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where the pass's end finds no room to bring a survivor back, it stays a node, evicted,
+// and the optimizer's read brings it back. Forgotten like the others (a bare node is frozen
+// from the start), its contents went with its host copy: a residual MLP of 500 layers under
+// swap at half its peak lost ten weight gradients that way, and `opt.step()` stopped on
+// the evicted-memory error (tools/user_programs/deep_residual_mlp.py).
+//
 // What a backward recording keeps as a leaf (not a node) is what existed before the pass:
 // parameters, inputs, targets, forward tensors too small to be nodes; they are held until
 // the pass ends at the latest.
@@ -249,8 +257,9 @@ bool Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
         TentativeScope tentative;  // a failure here is no OOM of the program's
         restore_now(lock, node);
       } catch (const c10::Error&) {
-        // No room now: it stays evicted, with its lineage, and comes back when read (an
-        // out-of-memory error there names the budget). Not worth failing backward for.
+        // No room now: it stays evicted, with its lineage or its host copy, and comes back
+        // when read (an out-of-memory error there names the budget). Not worth failing
+        // backward for.
         continue;
       }
       node = find_locked(h);
@@ -271,7 +280,9 @@ bool Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
   release_dead_locked(dead);  // lineage only survivors needed goes, then what only it read
   for (Handle h : survivors) {
     Node* node = h ? find_locked(h) : nullptr;
-    if (node && node->frozen && !node->pins && !has_readers_locked(node)) {
+    // An evicted one stays a node until it comes back: its contents are only in its host
+    // copy, which forgetting it would drop (Note [Survivors that stay evicted]).
+    if (node && node->frozen && !node->evicted && !node->pins && !has_readers_locked(node)) {
       ++counters_.backward_kept;
       forget_locked(node);
     }

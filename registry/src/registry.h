@@ -499,6 +499,9 @@ class Registry {
   void unpin_all_locked(c10::ArrayRef<Node*> nodes);
   void restore(Lock& lock, Node* node);  // the caller pinned it
   void restore_now(Lock& lock, Node* node);
+  // Restores, oldest first, the evicted nodes `node`'s replay would rebuild through
+  // (Note [Deep replays]).
+  void restore_lineage_in_order(Lock& lock, Node* node);
   // Replays one recorded op; `target` is the node an in-place step rebuilds (in `into`
   // instead of its own storage, if given). Returns its results (tensors only, in order).
   // `only_output`: the one result the caller keeps, where the op can be told to skip the

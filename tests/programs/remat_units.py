@@ -467,6 +467,53 @@ def a_charge_reaching_an_unnoticed_death_still_charges_the_rest() -> None:
         assert torch.equal(y, want[0]) and torch.equal(z, want[1])
 
 
+def a_replay_thousands_deep_fits_a_small_thread_stack() -> None:
+    # Note [Deep replays] in registry/src/restore.cpp: a restore whose lineage is evicted
+    # thousands of nodes deep brings it back in order instead of recursing through it. Each
+    # recursive level took ~2.4 KB of stack: a residual MLP of 4,000 layers under recompute at
+    # 0.55 of its peak crashed with a stack overflow. Here the chain is 2,000 nodes deep (every
+    # other one dead) and the restore runs on a thread with a 1 MiB stack, which the recursion
+    # overflowed (about 430 levels).
+    import threading
+
+    def run(evict: bool, out: dict) -> None:
+        try:
+            torch.manual_seed(0)
+            x = torch.randn(64, 64, requires_grad=True)
+            with pyalloc.recompute(min_bytes=0) as reg:
+                h = x
+                for _ in range(1000):
+                    h = torch.tanh(h * 1.01)    # the product dies; tanh's output is saved
+                out["want"] = h.detach().clone()
+                before = reg.recomputes
+                if evict:
+                    reg.evict(list(reg.nodes))
+                    assert reg.node_of(h).evicted
+                out["got"] = h + 0              # rebuilt through 2,000 nodes
+                out["recomputes"] = reg.recomputes - before
+                h.sum().backward()
+                out["grad"] = x.grad.clone()
+        except BaseException as e:   # re-raised on the main thread
+            out["error"] = e
+
+    evicted, kept = {}, {}
+    old = threading.stack_size(1 << 20)
+    try:
+        t = threading.Thread(target=run, args=(True, evicted))
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    if "error" in evicted:
+        raise evicted["error"]
+    run(False, kept)
+    if "error" in kept:
+        raise kept["error"]
+    assert torch.equal(evicted["got"], evicted["want"]), "the deep replay rebuilt other bits"
+    assert evicted["recomputes"] >= 1000, evicted["recomputes"]
+    assert kept["recomputes"] == 0 and torch.equal(evicted["grad"], kept["grad"])
+
+
 def backward_model():
     """A small MLP with dropout, its input, and ``step(evict_in_backward, fail=False)``: a
     training step under ``recompute(min_bytes=0)`` whose hook, inside backward, may evict
@@ -745,7 +792,7 @@ def modifying_a_saved_tensor_in_place_is_still_an_error() -> None:
             y.sum().backward()
 
 
-def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
+def _settle_a_pass_without_room(policy: str) -> None:
     # The end of a backward pass restores its evicted survivors to settle them (w.grad
     # here); with no room it leaves them evicted, and that failure is the registry's own:
     # no on_oom callback, no count in num_ooms (Engine.tentative). Read later, with room
@@ -758,7 +805,7 @@ def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
     def step(starve):
         x.grad = w.grad = None
         fillers, seen = [], []
-        with pyalloc.recompute() as reg:
+        with pyalloc.recompute(policy=policy) as reg:
             y = torch.tanh(x @ w)
 
             def starve_the_end_of_the_pass(param):
@@ -794,8 +841,21 @@ def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
     seen, ooms, still_evicted, got, stats = step(True)
     assert still_evicted, "the end of the pass found room: the check did not starve it"
     assert seen == [] and ooms == 0, (seen, ooms)
-    assert stats["recomputes"] > 0, stats
+    if policy == "recompute":
+        assert stats["recomputes"] > 0, stats
+    else:   # a bare node: only its host copy holds its contents (Note [Survivors that stay evicted])
+        assert stats["swap_ins"] > 0, stats
     assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
+    _settle_a_pass_without_room("recompute")
+
+
+def a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back() -> None:
+    # Note [Survivors that stay evicted] in registry/src/backward.cpp: under swap the pass's
+    # end forgot w.grad's node, evicted, with its host copy, and reading w.grad then failed.
+    _settle_a_pass_without_room("swap")
 
 
 def an_op_that_updates_state_it_reads_replays_from_the_state_it_read() -> None:
@@ -1699,4 +1759,6 @@ if __name__ == "__main__":
           a_batch_norm_applied_twice_keeps_both_outputs_recomputable,
           a_gradient_bound_for_a_grad_is_a_victim_of_last_resort,
           deaths_in_separate_batches_charge_what_one_walk_would,
-          a_charge_reaching_an_unnoticed_death_still_charges_the_rest])
+          a_charge_reaching_an_unnoticed_death_still_charges_the_rest,
+          a_replay_thousands_deep_fits_a_small_thread_stack,
+          a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back])
