@@ -113,6 +113,12 @@ def test_a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back():
     run_unit("remat_units", "a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back")
 
 
+def test_an_out_of_memory_report_names_gradients_backward_froze():
+    # Frozen gradients a backward pass made get their own line in an out-of-memory report,
+    # not the frozen-activations line whose remedies (drop held outputs, FSDP) do not apply.
+    run_unit("remat_units", "an_out_of_memory_report_names_gradients_backward_froze")
+
+
 def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
     # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
     # registry/src/dispatch.cpp.

@@ -65,8 +65,24 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
         replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count));
   }
   if (!can_swap_ && !can_relocate_) {  // else frozen nodes can leave
-    const auto [frozen, count] =
-        resident([](const Node& node) { return !node.lineage() && !node.fixed; });
+    // Frozen in a backward pass: not the program's doing (Note [How long a chain may grow]
+    // in registry.cpp, Note [Gradients bound for .grad] in backward.cpp), so not its remedy.
+    const auto [frozen_in_backward, backward_count] = resident(
+        [](const Node& node) { return !node.lineage() && !node.fixed && node.backward; });
+    if (frozen_in_backward >= (1u << 20)) {
+      append(std::snprintf(
+          line, sizeof line,
+          "%s  registry: %.2f MiB in %zu gradients this backward pass made cannot be "
+          "recomputed: buffers autograd wrote in place again and again (it sums a gradient "
+          "into one buffer from each reader of a tensor: a recurrent network's timesteps, "
+          "slices of one tensor), or gradients bound for a parameter's .grad; they stay until "
+          "the pass lets them go. Under swap or hybrid, or with the option host_pool, they "
+          "can leave as host copies.",
+          text.empty() ? "" : "\n", static_cast<double>(frozen_in_backward) / (1 << 20),
+          backward_count));
+    }
+    const auto [frozen, count] = resident(
+        [](const Node& node) { return !node.lineage() && !node.fixed && !node.backward; });
     if (frozen >= (1u << 20)) {
       append(std::snprintf(
           line, sizeof line,

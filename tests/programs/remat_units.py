@@ -1587,6 +1587,36 @@ def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None
         del acts
 
 
+def an_out_of_memory_report_names_gradients_backward_froze() -> None:
+    # Gradients a backward pass froze (a buffer autograd summed into more than eight times:
+    # Note [How long a chain may grow] in registry/src/registry.cpp) are named as such, not as
+    # activations whose inputs the program wrote (the remedy that line gives does not apply).
+    engine = pyalloc._engine(None)
+    x = torch.randn(512, 1024, requires_grad=True)
+    messages = []
+    with pyalloc.recompute(min_bytes=0) as reg:
+        h = x * 2                                           # 2 MiB; its gradient is summed
+        parts = [h[:, 64 * i:64 * (i + 1)].tanh() for i in range(16)]   # from 16 slices
+
+        def starve(grad):  # h's gradient is complete: the buffer, written 16 times
+            assert reg.node_of(grad) is not None and reg.node_of(grad).frozen
+            engine.set_budget(pyalloc.memory_stats()["reserved_bytes.all.current"])
+            try:
+                with pytest.raises(torch.OutOfMemoryError) as oom:
+                    torch.empty(64 << 20, dtype=torch.uint8)
+            finally:
+                engine.set_budget(2 << 30)
+            messages.append(str(oom.value))
+            return grad
+
+        h.register_hook(starve)
+        sum(p.sum() for p in parts).backward()
+    assert len(messages) == 1
+    assert "registry: 2.00 MiB in 1 gradients this backward pass made cannot be recomputed" in \
+        messages[0], messages[0]
+    assert "activations can no longer be recomputed" not in messages[0], messages[0]
+
+
 def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit() -> None:
     # Note [A detached parameter is still a parameter] in registry/src/registry.cpp: from its
     # second call TorchScript's profiling executor runs a scripted model's differentiable
@@ -1761,4 +1791,5 @@ if __name__ == "__main__":
           deaths_in_separate_batches_charge_what_one_walk_would,
           a_charge_reaching_an_unnoticed_death_still_charges_the_rest,
           a_replay_thousands_deep_fits_a_small_thread_stack,
-          a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back])
+          a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back,
+          an_out_of_memory_report_names_gradients_backward_froze])
