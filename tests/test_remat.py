@@ -119,6 +119,11 @@ def test_an_out_of_memory_report_names_gradients_backward_froze():
     run_unit("remat_units", "an_out_of_memory_report_names_gradients_backward_froze")
 
 
+def test_an_out_of_memory_report_names_tensors_too_small_to_evict():
+    # Where tensors below min_evictable fill the budget, the hint says so and names the option.
+    run_unit("remat_units", "an_out_of_memory_report_names_tensors_too_small_to_evict")
+
+
 def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
     # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
     # registry/src/dispatch.cpp.

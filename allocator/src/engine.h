@@ -380,6 +380,8 @@ class Engine {
     std::size_t reserved = 0, allocated = 0, awaiting = 0;
     FragmentationFigures frag;
     std::size_t evictable = 0, evictable_blocks = 0;
+    // Under a policy: allocated blocks below min_evictable, which no policy evicts.
+    std::size_t small = 0, small_blocks = 0;
     MemInfo device;
   };
   OomFigures oom_figures_locked(std::size_t size, std::size_t rounded, StreamId stream) const;

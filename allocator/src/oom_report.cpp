@@ -109,6 +109,14 @@ Engine::OomFigures Engine::oom_figures_locked(std::size_t size, std::size_t roun
   f.allocated = static_cast<std::size_t>(s.allocated_bytes[kAllPools].current);
   f.awaiting = static_cast<std::size_t>(s.active_bytes[kAllPools].current) - f.allocated;
   f.evictable = evictable_bytes(pool_, &f.evictable_blocks);
+  if (evict_callback_) {
+    for (const auto& kv : pool_.segments()) {
+      for (const Block* b = kv.second->first; b; b = b->next) {
+        if (b->state == BlockState::kAllocated && !evictable(b) && b->size < options_.min_evictable)
+          f.small += b->size, ++f.small_blocks;
+      }
+    }
+  }
   f.device = backend_->mem_info();
   return f;
 }
@@ -142,6 +150,15 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
   if (f.rounded > budget_) {
     hint = "the request alone exceeds the budget: raise it (option budget, currently " +
            format_bytes(budget_) + ") or split the tensor";
+  } else if (f.small >= (std::size_t{1} << 20) && 4 * f.small >= f.allocated &&
+             f.evictable < f.rounded) {
+    // Many tensors too small for any policy to take (a recurrent network with a small batch
+    // or hidden size): they fill the budget and split what is free, and nothing can leave.
+    hint = format_bytes(f.small) + " of the allocated bytes are in " +
+           std::to_string(f.small_blocks) + " tensors smaller than min_evictable (" +
+           format_bytes(options_.min_evictable) + "), which no policy evicts: lower the option "
+           "min_evictable (\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that they "
+           "can leave";
   } else if (f.frag.cached_free_bytes >= f.rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
            "cache is fragmented: free long-lived tensors earlier or allocate them first";

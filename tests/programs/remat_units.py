@@ -1617,6 +1617,31 @@ def an_out_of_memory_report_names_gradients_backward_froze() -> None:
     assert "activations can no longer be recomputed" not in messages[0], messages[0]
 
 
+def an_out_of_memory_report_names_tensors_too_small_to_evict() -> None:
+    # A recurrent network with a small batch and hidden size makes only tensors below
+    # min_evictable (16 KiB): nothing is evictable, and the hint blamed fragmentation. It
+    # names them and the option that lets them leave (allocator/src/oom_report.cpp).
+    engine = pyalloc._engine(None)
+    x = torch.randn(32, 32, requires_grad=True)          # 4 KiB
+    with pyalloc.recompute():
+        states = [x]
+        for _ in range(1000):                            # 4 MiB of 4 KiB activations
+            states.append(torch.tanh(states[-1] * 1.01))
+        stats = pyalloc.memory_stats()
+        reserved = stats["reserved_bytes.all.current"]
+        engine.set_budget(reserved)
+        try:   # more than is free, less than the budget
+            with pytest.raises(torch.OutOfMemoryError) as oom:
+                torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
+                            dtype=torch.uint8)
+        finally:
+            engine.set_budget(2 << 30)
+    message = str(oom.value)
+    assert "tensors smaller than min_evictable (16.00 KiB), which no policy evicts" in message, message
+    assert "PYALLOC_MIN_EVICTABLE" in message, message
+    del states
+
+
 def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit() -> None:
     # Note [A detached parameter is still a parameter] in registry/src/registry.cpp: from its
     # second call TorchScript's profiling executor runs a scripted model's differentiable
@@ -1792,4 +1817,5 @@ if __name__ == "__main__":
           a_charge_reaching_an_unnoticed_death_still_charges_the_rest,
           a_replay_thousands_deep_fits_a_small_thread_stack,
           a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back,
-          an_out_of_memory_report_names_gradients_backward_froze])
+          an_out_of_memory_report_names_gradients_backward_froze,
+          an_out_of_memory_report_names_tensors_too_small_to_evict])
