@@ -442,9 +442,10 @@ void Registry::restore(Lock& lock, Node* node) {
 // ~~~~~~~~~~~~~~~~~~~~
 // A replay restores its evicted inputs first, each by a replay of its own: the recursion
 // is as deep as the chain of evicted nodes behind the tensor, and each level takes about
-// 2.4 KB of the thread's stack. A residual MLP of 4,000 layers under recompute at 0.3 of
-// its peak rebuilt a gradient through 3,400 evicted activations and crashed the process
-// (a stack overflow: 8 MiB on the main thread, often less on others). So past
+// 2.4 KB of the thread's stack. A residual MLP of 4,000 layers under recompute at 0.55 of
+// its peak (tools/user_programs/deep_residual_mlp.py) rebuilt a gradient through 3,400
+// evicted activations and crashed the process (a stack overflow: 8 MiB on the main thread,
+// often less on others). So past
 // kReplayDepthInOrder levels on a thread, a restore first walks back through the evicted
 // lineage it needs (iteratively, its own stack on the heap) and restores those nodes one
 // by one, oldest first: each finds its inputs resident and replays without recursing. The
