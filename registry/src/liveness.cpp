@@ -106,8 +106,9 @@ void Registry::charge_readers_locked(Node* dead) {
 // when it finds no data, walked its readers inside the charge's walk, which shares the
 // walk's stamp and work list: the inner walk emptied the outer one's list, and the outer
 // charge stopped short of the live nodes still on it. That happened on every step of
-// every model (15-50 times a step on the CNN, the transformer, the ViT and BERT under
-// recompute at 0.4; 1,200 on the GRU, whose backward frees a cell at a time). So such a
+// every model (15-46 times a step on the CNN, the transformer, the ViT and BERT, over seven
+// steps, five of them under recompute at 0.4; about 500 on the GRU, whose backward frees a
+// cell at a time). So such a
 // reader is charged like a live one (its price is its readers' price once it is walked)
 // and marked dead after the walk, whose own charge then passes on through it.
 void Registry::charge_walk_locked(Node* dead, c10::SmallVectorImpl<Handle>& found_dead) {

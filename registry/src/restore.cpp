@@ -390,28 +390,27 @@ void Registry::restore(Lock& lock, Node* node) {
                                "from (node ", node->handle, ", ", node->nbytes, " bytes",
               node->frozen ? ", frozen" : "", node->dead ? ", dead" : "",
               node->held ? ", held" : "", "). This is a registry bug; please report it.");
-  // See Note [Deep replays].
+  // Counts a replay in `depth` while it runs.
   struct Nesting {
     int& depth;
     explicit Nesting(int& d) : depth(d) { ++depth; }
     ~Nesting() { --depth; }
-  } nesting(t_replay_depth);
+  };
+  const Nesting on_thread(t_replay_depth);  // See Note [Deep replays].
   TORCH_CHECK_WITH(OutOfMemoryError, t_replay_depth <= kMaxReplayNesting,
                    "pyalloc: out of memory while recomputing an evicted tensor: rebuilding it "
                    "needed replays nested ", t_replay_depth, " deep, because each replay's inputs "
                    "were evicted again before it could run (the budget holds too little beside "
                    "what cannot leave). Raise the budget (option budget), or use policy swap or "
                    "hybrid, which bring activations back as copies.");
-  if (t_replay_depth > kReplayDepthInOrder) restore_lineage_in_order(lock, node);
-  if (!node->evicted) return;
+  if (t_replay_depth > kReplayDepthInOrder) {
+    restore_lineage_in_order(lock, node);
+    if (!node->evicted) return;
+  }
   const auto start = std::chrono::steady_clock::now();
   const c10::SmallVector<Step, 1> steps = node->steps;  // the node may gain steps while unlocked
   // Entered and left with the lock held (Unlocked takes it back before returning or throwing).
-  struct InFlight {
-    int& n;
-    explicit InFlight(int& count) : n(count) { ++n; }
-    ~InFlight() { --n; }
-  } in_flight(replays_in_flight_);
+  const Nesting in_flight(replays_in_flight_);
   {
     const at::Tensor fresh = replay_creation(lock, steps.front());
     TORCH_CHECK(fresh.storage().nbytes() == node->nbytes, "pyalloc: recomputing ",
@@ -445,10 +444,9 @@ void Registry::restore(Lock& lock, Node* node) {
 // 2.4 KB of the thread's stack. A residual MLP of 4,000 layers under recompute at 0.55 of
 // its peak (tools/user_programs/deep_residual_mlp.py) rebuilt a gradient through 3,400
 // evicted activations and crashed the process (a stack overflow: 8 MiB on the main thread,
-// often less on others). So past
-// kReplayDepthInOrder levels on a thread, a restore first walks back through the evicted
-// lineage it needs (iteratively, its own stack on the heap) and restores those nodes one
-// by one, oldest first: each finds its inputs resident and replays without recursing. The
+// often less on others). So past kReplayDepthInOrder levels on a thread, a restore first
+// walks back through the evicted lineage it needs (iteratively, its own stack on the heap)
+// and restores those nodes one by one, oldest first: each finds its inputs resident and replays without recursing. The
 // nodes come back unpinned, and a later one's replay pins what it reads, so what a deep
 // chain holds at once is one replay's inputs and output, not the whole chain. Shallower
 // chains (every zoo model's, where the deepest seen was 73) restore as before. Where memory
