@@ -96,6 +96,7 @@ _SIGNATURES = {
     "pyalloc_registry_check_invariants": (_c.c_int, []),
     "pyalloc_registry_set_copy_bandwidth": (None, [_c.c_double]),
     "pyalloc_registry_set_floor_probe": (None, [_c.c_int]),
+    "pyalloc_registry_set_replay_limits": (None, [_c.c_int, _c.c_int, _c.POINTER(_c.c_int)]),
     "pyalloc_registry_floor_json": (_c.c_void_p, []),
 }
 

@@ -630,6 +630,20 @@ class Registry:
         _torch_shim.load().pyalloc_registry_set_copy_bandwidth(self.copy_bw)
         return self.copy_bw
 
+    @contextlib.contextmanager
+    def _replay_limits(self, in_order: int, give_up: int) -> Iterator[None]:
+        """For tests: within the block, a restore nested more than ``in_order`` replays deep
+        on a thread brings back its evicted lineage in order, and one nested more than
+        ``give_up`` deep raises an out-of-memory error (Note [Deep replays] in
+        registry/src/restore.cpp; the defaults are 32 and 256)."""
+        shim = _torch_shim.load()
+        was = (ctypes.c_int * 2)()
+        shim.pyalloc_registry_set_replay_limits(in_order, give_up, was)
+        try:
+            yield
+        finally:
+            shim.pyalloc_registry_set_replay_limits(was[0], was[1], (ctypes.c_int * 2)())
+
     # --- the floor probe (tools/bench_remat.py) --------------------------------------------
     @contextlib.contextmanager
     def floor_probe(self) -> Iterator[Dict[str, Any]]:

@@ -293,6 +293,10 @@ def test_a_replay_thousands_deep_fits_a_small_thread_stack():
     run_unit("remat_units", "a_replay_thousands_deep_fits_a_small_thread_stack")
 
 
+def test_a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact():
+    run_unit("remat_units", "a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact")
+
+
 @pytest.mark.slow
 def test_what_backward_creates_is_evicted_and_recomputed_bit_for_bit():
     run_unit("remat_units", "what_backward_creates_is_evicted_and_recomputed_bit_for_bit")

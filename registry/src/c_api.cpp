@@ -225,6 +225,10 @@ PYALLOC_SHIM_API void pyalloc_registry_set_copy_bandwidth(double bytes_per_s) {
   registry().set_copy_bandwidth(bytes_per_s);
 }
 
+PYALLOC_SHIM_API void pyalloc_registry_set_replay_limits(int in_order, int give_up, int* was) {
+  registry().set_replay_limits(in_order, give_up, was);
+}
+
 PYALLOC_SHIM_API void pyalloc_registry_set_floor_probe(int on) {
   registry().set_floor_probe(on != 0);
 }

@@ -237,6 +237,13 @@ std::string Registry::check_invariants() {
 
 namespace pyalloc::registry {
 
+void Registry::set_replay_limits(int in_order, int give_up, int* was) {
+  was[0] = replay_in_order_.load();
+  was[1] = replay_give_up_.load();
+  if (in_order > 0) replay_in_order_.store(in_order);
+  if (give_up > 0) replay_give_up_.store(give_up);
+}
+
 void Registry::set_floor_probe(bool on) {
   Lock lock(mu_);
   floor_probe_ = on;

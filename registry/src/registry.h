@@ -232,6 +232,10 @@ class Registry {
   // recomputable resident storages it does not read. See tools/bench_remat.py.
   void set_floor_probe(bool on);
   std::string floor_json();
+  // Note [Deep replays]'s two depths (a restore nested deeper restores in order; deeper
+  // still it gives up), for tests that reach them with short chains. Values below 1 keep
+  // the current one. Writes the limits it replaced to `was` (two ints).
+  void set_replay_limits(int in_order, int give_up, int* was);
 
  private:
   using Lock = std::unique_lock<std::mutex>;
@@ -646,6 +650,8 @@ class Registry {
   std::vector<std::int64_t> order_cur_, order_prev_;
   std::unordered_map<std::int64_t, std::size_t> pos_prev_;
   std::map<std::pair<std::int64_t, std::size_t>, std::int64_t> gaps_cur_, gaps_prev_;
+  // Note [Deep replays] (set_replay_limits).
+  std::atomic<int> replay_in_order_{32}, replay_give_up_{256};
   // The floor probe (set_floor_probe).
   bool floor_probe_ = false;
   std::uint64_t floor_bytes_ = 0, floor_allocated_ = 0, floor_droppable_ = 0;

@@ -16,10 +16,7 @@
 namespace pyalloc::registry {
 namespace {
 
-// Note [Deep replays]: past this many replays nested on a thread, a restore first brings
-// back its evicted lineage in order; past the second, it gives up.
-constexpr int kReplayDepthInOrder = 32;
-constexpr int kMaxReplayNesting = 256;
+// Note [Deep replays]: how many replays are nested on this thread now.
 thread_local int t_replay_depth = 0;
 
 // Runs `op` with `generator` set to the state `saved` for the call, and put back after.
@@ -397,13 +394,13 @@ void Registry::restore(Lock& lock, Node* node) {
     ~Nesting() { --depth; }
   };
   const Nesting on_thread(t_replay_depth);  // See Note [Deep replays].
-  TORCH_CHECK_WITH(OutOfMemoryError, t_replay_depth <= kMaxReplayNesting,
+  TORCH_CHECK_WITH(OutOfMemoryError, t_replay_depth <= replay_give_up_.load(std::memory_order_relaxed),
                    "pyalloc: out of memory while recomputing an evicted tensor: rebuilding it "
                    "needed replays nested ", t_replay_depth, " deep, because each replay's inputs "
                    "were evicted again before it could run (the budget holds too little beside "
                    "what cannot leave). Raise the budget (option budget), or use policy swap or "
                    "hybrid, which bring activations back as copies.");
-  if (t_replay_depth > kReplayDepthInOrder) {
+  if (t_replay_depth > replay_in_order_.load(std::memory_order_relaxed)) {
     restore_lineage_in_order(lock, node);
     if (!node->evicted) return;
   }
@@ -444,14 +441,14 @@ void Registry::restore(Lock& lock, Node* node) {
 // 2.4 KB of the thread's stack. A residual MLP of 4,000 layers under recompute at 0.55 of
 // its peak (tools/user_programs/deep_residual_mlp.py) rebuilt a gradient through 3,400
 // evicted activations and crashed the process (a stack overflow: 8 MiB on the main thread,
-// often less on others). So past kReplayDepthInOrder levels on a thread, a restore first
+// often less on others). So past 32 levels on a thread (replay_in_order_), a restore first
 // walks back through the evicted lineage it needs (iteratively, its own stack on the heap)
 // and restores those nodes one by one, oldest first: each finds its inputs resident and replays without recursing. The
 // nodes come back unpinned, and a later one's replay pins what it reads, so what a deep
 // chain holds at once is one replay's inputs and output, not the whole chain. Shallower
 // chains (every zoo model's, where the deepest seen was 73) restore as before. Where memory
 // is so short that restoring one node evicts what the next needs, the replays nest again;
-// past kMaxReplayNesting levels the restore gives up with an out-of-memory error that names
+// past 256 levels (replay_give_up_) the restore gives up with an out-of-memory error that names
 // the cause, well before the stack would run out.
 // Nodes with a host copy come back by a copy, and inputs read at an earlier version by
 // version_of: both end the walk there (the replay that reads them takes them as before).

@@ -514,6 +514,45 @@ def a_replay_thousands_deep_fits_a_small_thread_stack() -> None:
     assert kept["recomputes"] == 0 and torch.equal(evicted["grad"], kept["grad"])
 
 
+def a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact() -> None:
+    # Note [Deep replays]: a restore nested more than replay_give_up_ deep raises an
+    # out-of-memory error that names the cause; the replays it unwinds through let go of
+    # their pins, the tensors stay evicted with their lineage, and the step goes on when
+    # memory allows. The limits are lowered so that a chain of 80 nodes reaches them. With
+    # the in-order limit low instead, the same chain comes back without nesting at all.
+    def run(evict_with) -> tuple:
+        torch.manual_seed(0)
+        x = torch.randn(64, 64, requires_grad=True)
+        with pyalloc.recompute(min_bytes=0) as reg:
+            h = x
+            for _ in range(40):
+                h = torch.tanh(h * 1.01)    # the product dies; tanh's output is saved
+            want = h.detach().clone()
+            failed = None
+            if evict_with is not None:
+                reg.evict(list(reg.nodes))
+                with reg._replay_limits(*evict_with):
+                    try:
+                        h + 0
+                    except torch.OutOfMemoryError as e:
+                        failed = str(e)
+                reg.check_invariants()
+                pinned = [n for n in reg.nodes.values() if n.pins]
+                assert not pinned, f"{len(pinned)} nodes still pinned after the error"
+            got = h + 0
+            h.sum().backward()
+            return failed, want, got, x.grad.clone()
+
+    _, want, got, grad = run(None)
+    failed, want_e, got_e, grad_e = run((10 ** 6, 8))   # never in order; give up past 8
+    assert failed is not None, "a replay nested 80 deep did not give up at 8"
+    assert "nested 9 deep" in failed and "Raise the budget" in failed, failed
+    assert torch.equal(got_e, want_e) and torch.equal(grad_e, grad), "the step after the error differs"
+    failed, _, got_o, grad_o = run((2, 8))               # in order from 2: never nests past 3
+    assert failed is None, failed
+    assert torch.equal(got_o, want) and torch.equal(grad_o, grad)
+
+
 def backward_model():
     """A small MLP with dropout, its input, and ``step(evict_in_backward, fail=False)``: a
     training step under ``recompute(min_bytes=0)`` whose hook, inside backward, may evict
@@ -1816,6 +1855,7 @@ if __name__ == "__main__":
           deaths_in_separate_batches_charge_what_one_walk_would,
           a_charge_reaching_an_unnoticed_death_still_charges_the_rest,
           a_replay_thousands_deep_fits_a_small_thread_stack,
+          a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact,
           a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back,
           an_out_of_memory_report_names_gradients_backward_froze,
           an_out_of_memory_report_names_tensors_too_small_to_evict])
