@@ -124,6 +124,12 @@ def test_an_out_of_memory_report_names_tensors_too_small_to_evict():
     run_unit("remat_units", "an_out_of_memory_report_names_tensors_too_small_to_evict")
 
 
+def test_an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict():
+    # Where such tensors sit among evictable ones, one in each segment keeps it from being
+    # emptied; the hint counts those segments and names the option.
+    run_unit("remat_units", "an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict")
+
+
 def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
     # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
     # registry/src/dispatch.cpp.

@@ -382,6 +382,10 @@ class Engine {
     std::size_t evictable = 0, evictable_blocks = 0;
     // Under a policy: allocated blocks below min_evictable, which no policy evicts.
     std::size_t small = 0, small_blocks = 0;
+    // Under a policy: segments whose every block is free or evictable but for some below
+    // min_evictable (`kept_by_small_blocks` of them): evicting would free them whole if those
+    // could leave too.
+    std::size_t kept_by_small = 0, kept_by_small_segments = 0, kept_by_small_blocks = 0;
     MemInfo device;
   };
   OomFigures oom_figures_locked(std::size_t size, std::size_t rounded, StreamId stream) const;

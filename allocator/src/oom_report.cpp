@@ -111,9 +111,20 @@ Engine::OomFigures Engine::oom_figures_locked(std::size_t size, std::size_t roun
   f.evictable = evictable_bytes(pool_, &f.evictable_blocks);
   if (evict_callback_) {
     for (const auto& kv : pool_.segments()) {
+      std::size_t small_here = 0;
+      bool kept_by_others = false;
       for (const Block* b = kv.second->first; b; b = b->next) {
-        if (b->state == BlockState::kAllocated && !evictable(b) && b->size < options_.min_evictable)
-          f.small += b->size, ++f.small_blocks;
+        if (b->state == BlockState::kFree || evictable(b)) continue;
+        if (b->state == BlockState::kAllocated && b->size < options_.min_evictable) {
+          f.small += b->size, ++f.small_blocks, ++small_here;
+        } else {
+          kept_by_others = true;
+        }
+      }
+      if (small_here > 0 && !kept_by_others) {
+        f.kept_by_small += kv.second->size;
+        ++f.kept_by_small_segments;
+        f.kept_by_small_blocks += small_here;
       }
     }
   }
@@ -159,6 +170,17 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
            format_bytes(options_.min_evictable) + "), which no policy evicts: lower the option "
            "min_evictable (\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that they "
            "can leave";
+  } else if (f.kept_by_small >= f.rounded + kSmallSegment) {
+    // The same tensors scattered among evictable ones (an RNN's per-timestep states beside
+    // its gates): each keeps a whole segment that eviction would otherwise empty, so the
+    // evictable bytes are many but no range of them is whole. (A segment more than the
+    // request: the new range need not line up with the freed ones.)
+    hint = std::to_string(f.kept_by_small_segments) + " segments (" +
+           format_bytes(f.kept_by_small) + ") hold nothing but free or evictable bytes and " +
+           std::to_string(f.kept_by_small_blocks) + " tensors smaller than min_evictable (" +
+           format_bytes(options_.min_evictable) + "), which no policy evicts or moves, so none "
+           "of them can be emptied for this request: lower the option min_evictable "
+           "(\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that they can leave too";
   } else if (f.frag.cached_free_bytes >= f.rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
            "cache is fragmented: free long-lived tensors earlier or allocate them first";

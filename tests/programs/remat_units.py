@@ -1681,6 +1681,34 @@ def an_out_of_memory_report_names_tensors_too_small_to_evict() -> None:
     del states
 
 
+def an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict() -> None:
+    # A packed LSTM on the CPU makes each timestep's gates (evictable) beside its small
+    # states (below min_evictable, never evicted nor moved): every 2 MiB segment held a few,
+    # so no segment could be emptied, and a 5 MiB request failed at 0.9 of the program's peak
+    # with 36 MiB evictable. The hint blamed fragmentation; lowering min_evictable as it now
+    # says let the program train (allocator/src/oom_report.cpp).
+    engine = pyalloc._engine(None)
+    x = torch.randn(128, 128, requires_grad=True)       # 64 KiB
+    with pyalloc.recompute():
+        h, small = x, []
+        for _ in range(160):                             # 10 MiB of evictable activations
+            h = torch.tanh(h * 1.01)
+            small.append(h[:8] * 2)                      # 4 KiB beside each, kept
+        stats = pyalloc.memory_stats()
+        reserved = stats["reserved_bytes.all.current"]
+        engine.set_budget(reserved)
+        try:   # a large request: no segment can be emptied and the budget is spent
+            with pytest.raises(torch.OutOfMemoryError) as oom:
+                torch.empty(4 << 20, dtype=torch.uint8)
+        finally:
+            engine.set_budget(2 << 30)
+    message = str(oom.value)
+    assert "hold nothing but free or evictable bytes and" in message, message
+    assert "tensors smaller than min_evictable (16.00 KiB), which no policy evicts or moves" in message, message
+    assert "PYALLOC_MIN_EVICTABLE" in message, message
+    del small, h
+
+
 def what_a_scripted_differentiable_graph_saves_is_a_node_and_comes_back_bit_for_bit() -> None:
     # Note [A detached parameter is still a parameter] in registry/src/registry.cpp: from its
     # second call TorchScript's profiling executor runs a scripted model's differentiable
@@ -1858,4 +1886,5 @@ if __name__ == "__main__":
           a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact,
           a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back,
           an_out_of_memory_report_names_gradients_backward_froze,
-          an_out_of_memory_report_names_tensors_too_small_to_evict])
+          an_out_of_memory_report_names_tensors_too_small_to_evict,
+          an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict])
