@@ -92,7 +92,10 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
 // nodes] in backward.cpp): it leaves as a host copy. Not recorded with lineage: a formula
 // reads the op's own result (relu's, tanh's, softmax's) before the op returns and that
 // result becomes a node, so a recording would keep it as a leaf the eviction then empties.
-// Under recompute they stay resident, as before.
+// Under recompute with a host pool (option host_pool) the same, since such nodes leave
+// through it (the conv net then trained bit-identically at 0.4 of its peak). Under plain
+// recompute they stay resident, and the out-of-memory report says why and what lets
+// them leave (describe_oom).
 constexpr int kHearSaves = 1;     // Note [What autograd saves]
 constexpr int kHearTangents = 2;  // Note [Tangents forward-mode AD makes]
 thread_local PYALLOC_HOT_TLS int t_autograd_layer_heard = 0;
@@ -512,7 +515,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       }
       if (!key || t.device().type() != settings_.device_type) return;
       requires_grad = requires_grad || t.requires_grad();
-      if (can_swap_ && !dual) dual = has_tangent(t);
+      if (!dual) dual = has_tangent(t);
       read(t, key);
     });
   }
@@ -565,6 +568,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   } else if (!open_tasks_.empty() && t_thread == owner_thread_) {
     end_stale_backwards_locked(lock);  // passes that ended by an exception
   }
+  if (dual) saw_tangents_ = true;  // for the out-of-memory report (describe_oom)
   notice_deaths_locked(/*all=*/false);
   revisit_unread_locked();
   if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
@@ -585,11 +589,13 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // Under swap and hybrid, what a backward pass makes is a node without lineage: See Note
   // [Backward nodes] in backward.cpp.
   // Note [What a subclass's op returns]: a plain result of an op on a Python subclass too.
-  // Note [Tangents forward-mode AD makes]: what a tangent formula makes too.
-  const bool bare = subclass_made || (!foreign && can_swap_ && !info.aliases_only &&
-                                      ((!grad_mode && task != -1) || heard_tangent));
+  // Note [Tangents forward-mode AD makes]: what a tangent formula makes too (and under
+  // recompute with a host pool).
+  const bool bare = subclass_made ||
+                    (!foreign && !info.aliases_only &&
+                     ((can_swap_ && !grad_mode && task != -1) || (can_relocate_ && heard_tangent)));
   // Whether autograd's layer is heard while this op runs: its tangent formulas.
-  const bool hear_tangents = dual && !foreign && task == -1 &&
+  const bool hear_tangents = dual && can_relocate_ && !foreign && task == -1 &&
                              c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   // What grad mode derives from tensors that require no grad: a mask, a shifted input. See
   // Note [What plain inputs derive]. (An output is at most eight times its largest input

@@ -81,6 +81,15 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           text.empty() ? "" : "\n", static_cast<double>(frozen_in_backward) / (1 << 20),
           backward_count));
     }
+    if (saw_tangents_) {
+      append(std::snprintf(
+          line, sizeof line,
+          "%s  registry: the program runs forward-mode AD (dual tensors): under recompute the "
+          "tangents its ops' formulas make are not recorded and stay resident until the "
+          "program lets them go. With the option host_pool (or policy swap or hybrid) they "
+          "are tracked and can leave as host copies.",
+          text.empty() ? "" : "\n"));
+    }
     const auto [frozen, count] = resident(
         [](const Node& node) { return !node.lineage() && !node.fixed && !node.backward; });
     if (frozen >= (1u << 20)) {

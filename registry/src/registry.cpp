@@ -62,6 +62,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   settings_ = settings;
   can_swap_ = settings.policy != Policy::kRecompute;
   can_relocate_ = can_swap_ || settings.relocate;
+  saw_tangents_ = false;
   refresh_budget_locked();
   copy_bw_ = 0;
   nodes_.clear();

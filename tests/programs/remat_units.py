@@ -1495,8 +1495,9 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
     # Note [Tangents forward-mode AD makes] in registry/src/dispatch.cpp: an op on a dual
     # tensor computes its tangent in autograd's layer, inside the op the registry runs; the
     # tangents were never nodes and a conv net with a JVP regulariser ran out of memory
-    # under every policy with nothing evictable. Under swap and hybrid they are nodes
-    # without lineage now, which leave and come back bit for bit.
+    # under every policy with nothing evictable. Under swap and hybrid, and under recompute
+    # with a host pool, they are nodes without lineage now, which leave and come back bit for
+    # bit. Under plain recompute they stay, and an out-of-memory report says so.
     import torch.autograd.forward_ad as fwAD
     torch.manual_seed(0)
     w = torch.randn(256, 256, requires_grad=True)
@@ -1516,12 +1517,27 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
         return loss.detach(), g
 
     want = run(None)
-    for policy in ("swap", "hybrid"):
+    for policy in ("swap", "hybrid", "recompute"):
         with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
             got = run(reg)
             assert reg.swap_outs >= 2, reg.swap_outs
             reg.check_invariants()
         assert all(torch.equal(a, b) for a, b in zip(got, want)), policy
+
+    engine = pyalloc._engine(None)
+    with pyalloc.recompute(min_bytes=0):
+        with fwAD.dual_level():
+            h = fwAD.make_dual(x, v) @ w
+            stats = pyalloc.memory_stats()
+            reserved = stats["reserved_bytes.all.current"]
+            engine.set_budget(reserved)
+            try:   # more than is free, less than the budget
+                with pytest.raises(torch.OutOfMemoryError) as oom:
+                    torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
+                                dtype=torch.uint8)
+            finally:
+                engine.set_budget(2 << 30)
+    assert "forward-mode AD (dual tensors)" in str(oom.value) and "host_pool" in str(oom.value), str(oom.value)
 
 
 def an_efficient_zero_tensor_is_no_node() -> None:
