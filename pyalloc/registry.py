@@ -635,7 +635,12 @@ class Registry:
         """For tests: within the block, a restore nested more than ``in_order`` replays deep
         on a thread brings back its evicted lineage in order, and one nested more than
         ``give_up`` deep raises an out-of-memory error (Note [Deep replays] in
-        registry/src/restore.cpp; the defaults are 32 and 256)."""
+        registry/src/restore.cpp; the defaults are 32 and 256). An in-order restore runs one
+        level deeper than the restore that started it, so ``give_up`` just one above
+        ``in_order`` would make every in-order restore give up: refused."""
+        if give_up == in_order + 1:
+            raise ValueError(f"give_up={give_up} is in_order + 1: every in-order restore would "
+                             f"give up; use at least in_order + 2, or at most in_order")
         shim = _torch_shim.load()
         was = (ctypes.c_int * 2)()
         shim.pyalloc_registry_set_replay_limits(in_order, give_up, was)

@@ -13,6 +13,11 @@
 #include "format.h"
 
 namespace pyalloc {
+namespace {
+// The min_evictable the hints about small tensors suggest; they are given only where the
+// option is above it.
+constexpr std::size_t kSuggestedMinEvictable = std::size_t{1} << 10;
+}  // namespace
 
 void* Engine::fail_oom_locked(std::size_t size, std::size_t rounded, StreamId stream,
                               Status* status) {
@@ -109,7 +114,10 @@ Engine::OomFigures Engine::oom_figures_locked(std::size_t size, std::size_t roun
   f.allocated = static_cast<std::size_t>(s.allocated_bytes[kAllPools].current);
   f.awaiting = static_cast<std::size_t>(s.active_bytes[kAllPools].current) - f.allocated;
   f.evictable = evictable_bytes(pool_, &f.evictable_blocks);
-  if (evict_callback_) {
+  if (evict_callback_ && options_.min_evictable > kSuggestedMinEvictable) {
+    // Blocks below min_evictable, for the hints that suggest a lower one (only where it is
+    // above the suggestion). Last-resort victims count as evictable here, as in f.evictable.
+    LastResortVictims all;
     for (const auto& kv : pool_.segments()) {
       std::size_t small_here = 0;
       bool kept_by_others = false;
@@ -168,8 +176,8 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
     hint = format_bytes(f.small) + " of the allocated bytes are in " +
            std::to_string(f.small_blocks) + " tensors smaller than min_evictable (" +
            format_bytes(options_.min_evictable) + "), which no policy evicts: lower the option "
-           "min_evictable (\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that they "
-           "can leave";
+           "min_evictable (\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that "
+           "those of them that are activations can leave";
   } else if (f.kept_by_small >= f.rounded + kSmallSegment) {
     // The same tensors scattered among evictable ones (an RNN's per-timestep states beside
     // its gates): each keeps a whole segment that eviction would otherwise empty, so the
@@ -180,7 +188,8 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
            std::to_string(f.kept_by_small_blocks) + " tensors smaller than min_evictable (" +
            format_bytes(options_.min_evictable) + "), which no policy evicts or moves, so none "
            "of them can be emptied for this request: lower the option min_evictable "
-           "(\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that they can leave too";
+           "(\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that those of them "
+           "that are activations can leave too";
   } else if (f.frag.cached_free_bytes >= f.rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
            "cache is fragmented: free long-lived tensors earlier or allocate them first";

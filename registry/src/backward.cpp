@@ -259,7 +259,10 @@ bool Registry::end_backward_locked(Lock& lock, std::int64_t task, bool settle_co
       } catch (const c10::Error&) {
         // No room now: it stays evicted, with its lineage or its host copy, and comes back
         // when read (an out-of-memory error there names the budget). Not worth failing
-        // backward for.
+        // backward for. Its pass is over, so it is no victim of last resort once back
+        // (Note [Gradients bound for .grad]).
+        node = find_locked(h);
+        if (node) node->for_grad = false;
         continue;
       }
       node = find_locked(h);

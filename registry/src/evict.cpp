@@ -94,13 +94,14 @@ void Registry::refresh_budget_locked() {
 }
 
 void Registry::mark_locked(Node* node) {
-  if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return;
+  if (!try_mark_locked(node) && !node->dead && node->weak.expired()) mark_dead_locked(node);
+}
+
+bool Registry::try_mark_locked(Node* node) {
+  if (node->pins || node->evicted || node->fixed || (!node->lineage() && !can_relocate_)) return true;
   const c10::StorageImpl* s = node->peek();
   void* ptr = s ? data_of(&*s) : nullptr;
-  if (!ptr) {
-    if (!node->dead && node->weak.expired()) mark_dead_locked(node);
-    return;
-  }
+  if (!ptr) return false;
   // set_evictable overwrites an earlier mark: it also updates the cost.
   const auto& api = engine_api::api();
   // Note [A restore needs its dead lineage's memory]: such a node is a victim of last resort.
@@ -112,6 +113,7 @@ void Registry::mark_locked(Node* node) {
   } else {
     node->fixed = true;  // not the engine's memory: it could never free it
   }
+  return true;
 }
 
 void Registry::unmark_locked(Node* node) {

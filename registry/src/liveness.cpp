@@ -120,10 +120,11 @@ void Registry::charge_walk_locked(Node* dead, c10::SmallVectorImpl<Handle>& foun
     reader->cost += dead->cost;
     // What its replay must rebuild: Note [A restore needs its dead lineage's memory].
     reader->dead_bytes += static_cast<double>(dead->nbytes) + dead->dead_bytes;
-    if (reader->marked) {  // set_evictable updates the engine's cost
-      if (reader->weak.expired()) found_dead.push_back(reader->handle);
-      else mark_locked(reader);
-    }
+    // set_evictable updates the engine's cost. Another thread may drop the storage's last
+    // reference between the two checks: a failed mark that finds it expired is a death too.
+    if (reader->marked &&
+        (reader->weak.expired() || (!try_mark_locked(reader) && reader->weak.expired())))
+      found_dead.push_back(reader->handle);
     frontiers_.push_back(reader->handle);
     return Walk::kOver;
   });

@@ -476,6 +476,9 @@ class Registry {
 
   // --- evict.cpp: marks and eviction ---
   void mark_locked(Node* node);
+  // The same, but where the storage has no data it only returns false (the caller decides
+  // about a death: Note [Deaths found by a charge]); true otherwise.
+  bool try_mark_locked(Node* node);
   // The engine's clock ticks on each mark and touch: see Note [Touches].
   void touch_locked(Node* node);
   void unmark_locked(Node* node);

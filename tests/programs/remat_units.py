@@ -869,16 +869,21 @@ def _settle_a_pass_without_room(policy: str) -> None:
             finally:
                 callback.remove()
             after = pyalloc.memory_stats()["num_ooms"]
-            still_evicted = starve and reg.node_of(w.grad) is not None and reg.node_of(w.grad).evicted
+            node = reg.node_of(w.grad)
+            still_evicted = starve and node is not None and node.evicted
+            # Its pass is over: no victim of last resort any more once back (Note
+            # [Gradients bound for .grad]; it stayed one for good before).
+            last_resort = still_evicted and node.last_resort
             fillers.clear()
             engine.set_budget(2 << 30)
             grads = [x.grad.clone(), w.grad.clone()]   # w.grad comes back here
             stats = reg.stats()
-        return seen, after - ooms, still_evicted, grads, stats
+        return seen, after - ooms, still_evicted, last_resort, grads, stats
 
-    _, _, _, want, _ = step(False)
-    seen, ooms, still_evicted, got, stats = step(True)
+    _, _, _, _, want, _ = step(False)
+    seen, ooms, still_evicted, last_resort, got, stats = step(True)
     assert still_evicted, "the end of the pass found room: the check did not starve it"
+    assert not last_resort, "a gradient its pass left evicted stayed a victim of last resort"
     assert seen == [] and ooms == 0, (seen, ooms)
     if policy == "recompute":
         assert stats["recomputes"] > 0, stats
