@@ -291,7 +291,7 @@ class _StorageAccess(_WhilePolicyRuns):
                     out = fn(klass, func, types, args, kwargs)
             else:
                 out = fn(klass, func, types, args, kwargs)
-            if registry.policy != "recompute":
+            if registry.policy != "recompute" or registry.relocate:
                 _StorageAccess._adopt_results(out, inner)
             return out
 

@@ -530,8 +530,13 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                              !at::GradMode::is_enabled() &&
                              torch::autograd::get_current_graph_task_id() != -1;
   // See Note [What a subclass's op returns].
-  const bool subclass_made = python_subclass && can_swap_ && !info.aliases_only &&
+  const bool subclass_made = python_subclass && can_relocate_ && !info.aliases_only &&
                              c10::impl::TorchDispatchModeTLS::stack_len() == 0;
+  // For the out-of-memory report (describe_oom): a program's own subclass, not a mode's
+  // (FakeTensor while torch.compile traces).
+  if (python_subclass && !saw_subclasses_.load(std::memory_order_relaxed) &&
+      c10::impl::TorchDispatchModeTLS::stack_len() == 0)
+    saw_subclasses_.store(true, std::memory_order_relaxed);
   if (read_keys.empty() && !fills && !backward_fill && !subclass_made)
     return pass_through(op, ks, stack);
   const std::int64_t task = torch::autograd::get_current_graph_task_id();

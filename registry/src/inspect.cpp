@@ -90,6 +90,15 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           "are tracked and can leave as host copies.",
           text.empty() ? "" : "\n"));
     }
+    if (saw_subclasses_) {
+      append(std::snprintf(
+          line, sizeof line,
+          "%s  registry: the program's ops run on Python tensor subclasses (nested or jagged "
+          "tensors, tensor wrappers): under recompute what they make inside is not recorded "
+          "and stays resident until the program lets it go. With the option host_pool (or "
+          "policy swap or hybrid) it is tracked and can leave as host copies.",
+          text.empty() ? "" : "\n"));
+    }
     const auto [frozen, count] = resident(
         [](const Node& node) { return !node.lineage() && !node.fixed && !node.backward; });
     if (frozen >= (1u << 20)) {

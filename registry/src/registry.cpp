@@ -63,6 +63,7 @@ std::string Registry::start(pyalloc_engine* engine, const Settings& settings) {
   can_swap_ = settings.policy != Policy::kRecompute;
   can_relocate_ = can_swap_ || settings.relocate;
   saw_tangents_ = false;
+  saw_subclasses_.store(false);
   refresh_budget_locked();
   copy_bw_ = 0;
   nodes_.clear();
@@ -503,11 +504,12 @@ void Registry::record_bare_locked(std::int64_t task, KeyList& read_keys,
 // of the inner tensors of its results that none of its arguments held here, and each
 // becomes a node without lineage (as a backward pass's results do: Note [Backward nodes]
 // in backward.cpp): it leaves as a host copy and comes back when the next op on the
-// subclass holds its inner tensors. Not under recompute: nothing could rebuild it.
+// subclass holds its inner tensors. So under recompute with a host pool (option host_pool);
+// not under plain recompute, where nothing could rebuild it.
 std::size_t Registry::adopt(const c10::StorageImpl* const* keys, std::size_t count) {
   Lock lock(mu_);
   Burial burial(*this, lock);
-  if (!active_.load() || !can_swap_) return 0;
+  if (!active_.load() || !can_relocate_) return 0;
   const std::int64_t task = torch::autograd::get_current_graph_task_id();
   std::size_t made = 0;
   for (std::size_t i = 0; i < count; ++i) {

@@ -574,6 +574,7 @@ class Registry {
   bool can_swap_ = false;                       // policy swap or hybrid
   bool can_relocate_ = false;                   // nodes without lineage may leave (host pool)
   bool saw_tangents_ = false;                   // an op read a dual tensor (forward-mode AD)
+  std::atomic<bool> saw_subclasses_{false};     // an op read a Python tensor subclass
   std::uint64_t budget_ = 0;                    // guarded by mu_; the engine's, at start and each evict()
   double copy_bw_ = 0;                          // bytes/s of one swap copy
   NodeTable nodes_;  // guarded by mu_

@@ -1840,12 +1840,14 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
             return tree_map(lambda t: Boxed(t) if isinstance(t, torch.Tensor) else t, out)
 
     x = torch.randn(512, 512)
-    for policy in ("swap", "recompute"):
-        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+    # Under swap, and under recompute with a host pool, it leaves as a host copy; under
+    # plain recompute nothing could rebuild it: no node.
+    for policy, host_pool in (("swap", 64 << 20), ("recompute", 64 << 20), ("recompute", 0)):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=host_pool) as reg:
             boxed = Boxed(x.clone())
             y = boxed * 2                    # y._data: made inside the subclass's op
             node = reg.node_of(y._data)
-            if policy == "recompute":        # nothing could rebuild it: no node
+            if not host_pool:
                 assert node is None
                 continue
             assert node is not None and reg.node_of(boxed._data) is None   # the argument's stays
@@ -1853,6 +1855,20 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
             z = y + 1                        # holds y._data: swapped back in first
             assert not node.evicted
             assert torch.equal(z._data, x * 2 + 1)
+
+    engine = pyalloc._engine(None)   # under plain recompute, the report says why they stay
+    with pyalloc.recompute(min_bytes=0):
+        y = Boxed(x.clone()) * 2
+        stats = pyalloc.memory_stats()
+        reserved = stats["reserved_bytes.all.current"]
+        engine.set_budget(reserved)
+        try:   # more than is free, less than the budget
+            with pytest.raises(torch.OutOfMemoryError) as oom:
+                torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
+                            dtype=torch.uint8)
+        finally:
+            engine.set_budget(2 << 30)
+    assert "Python tensor subclasses" in str(oom.value) and "host_pool" in str(oom.value), str(oom.value)
 
 
 if __name__ == "__main__":
