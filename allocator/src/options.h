@@ -95,7 +95,8 @@ namespace pyalloc {
     "policy swap/hybrid: bytes of host memory for swapped-out tensors, allocated once "     \
     "(pinned on CUDA). 0: as much as the device has, at most a quarter of the host's RAM. " \
     "policy recompute: 0 (none) by default; if set, tensors that cannot be recomputed may " \
-    "be moved out through it as a last resort, to make room (compaction).")                 \
+    "be moved out through it as a last resort, to make room (compaction), and so may the "  \
+    "tangents of forward-mode AD and what Python tensor subclasses make inside.")           \
   X(prefetch, kInt, std::size_t, "4", "",                                                   \
     "policy swap/hybrid: how many swapped-out tensors backward brings back ahead of use, in " \
     "the order the previous iteration used them (0: only on use). Never evicts for it.")    \
