@@ -467,6 +467,15 @@ def a_charge_reaching_an_unnoticed_death_still_charges_the_rest() -> None:
         assert torch.equal(y, want[0]) and torch.equal(z, want[1])
 
 
+def _tanh_chain(x: torch.Tensor, length: int) -> torch.Tensor:
+    """The end of ``length`` steps ``h = tanh(h * 1.01)`` from ``x``: each product dies at
+    once and each tanh output is saved, so every other node of the chain is dead."""
+    h = x
+    for _ in range(length):
+        h = torch.tanh(h * 1.01)
+    return h
+
+
 def a_replay_thousands_deep_fits_a_small_thread_stack() -> None:
     # Note [Deep replays] in registry/src/restore.cpp: a restore whose lineage is evicted
     # thousands of nodes deep brings it back in order instead of recursing through it. Each
@@ -481,9 +490,7 @@ def a_replay_thousands_deep_fits_a_small_thread_stack() -> None:
             torch.manual_seed(0)
             x = torch.randn(64, 64, requires_grad=True)
             with pyalloc.recompute(min_bytes=0) as reg:
-                h = x
-                for _ in range(1000):
-                    h = torch.tanh(h * 1.01)    # the product dies; tanh's output is saved
+                h = _tanh_chain(x, 1000)
                 out["want"] = h.detach().clone()
                 before = reg.recomputes
                 if evict:
@@ -524,9 +531,7 @@ def a_replay_past_the_nesting_limit_gives_up_and_leaves_the_step_intact() -> Non
         torch.manual_seed(0)
         x = torch.randn(64, 64, requires_grad=True)
         with pyalloc.recompute(min_bytes=0) as reg:
-            h = x
-            for _ in range(40):
-                h = torch.tanh(h * 1.01)    # the product dies; tanh's output is saved
+            h = _tanh_chain(x, 40)
             want = h.detach().clone()
             failed = None
             if evict_with is not None:
@@ -1496,6 +1501,21 @@ def what_a_subclass_keeps_inside_comes_back_before_its_ops_read_it() -> None:
         assert not getattr(cls.__dict__["__torch_dispatch__"].__func__, "__pyalloc_holds__", False)
 
 
+def _report_of_a_request_past_what_is_free(extra: int = 512 << 10) -> str:
+    """The out-of-memory report of a request ``extra`` bytes larger than what is free, under a
+    budget of what is reserved now (so no segment can be added)."""
+    engine = pyalloc._engine(None)
+    stats = pyalloc.memory_stats()
+    reserved = stats["reserved_bytes.all.current"]
+    engine.set_budget(reserved)
+    try:
+        with pytest.raises(torch.OutOfMemoryError) as oom:
+            torch.empty(reserved - stats["allocated_bytes.all.current"] + extra, dtype=torch.uint8)
+    finally:
+        engine.set_budget(2 << 30)
+    return str(oom.value)
+
+
 def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
     # Note [Tangents forward-mode AD makes] in registry/src/dispatch.cpp: an op on a dual
     # tensor computes its tangent in autograd's layer, inside the op the registry runs; the
@@ -1529,20 +1549,11 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
             reg.check_invariants()
         assert all(torch.equal(a, b) for a, b in zip(got, want)), policy
 
-    engine = pyalloc._engine(None)
-    with pyalloc.recompute(min_bytes=0):
+    with pyalloc.recompute(min_bytes=0):   # plain recompute: the report says why they stay
         with fwAD.dual_level():
             h = fwAD.make_dual(x, v) @ w
-            stats = pyalloc.memory_stats()
-            reserved = stats["reserved_bytes.all.current"]
-            engine.set_budget(reserved)
-            try:   # more than is free, less than the budget
-                with pytest.raises(torch.OutOfMemoryError) as oom:
-                    torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
-                                dtype=torch.uint8)
-            finally:
-                engine.set_budget(2 << 30)
-    assert "forward-mode AD (dual tensors)" in str(oom.value) and "host_pool" in str(oom.value), str(oom.value)
+            message = _report_of_a_request_past_what_is_free()
+    assert "forward-mode AD (dual tensors)" in message and "host_pool" in message, message
 
 
 def an_efficient_zero_tensor_is_no_node() -> None:
@@ -1682,22 +1693,12 @@ def an_out_of_memory_report_names_tensors_too_small_to_evict() -> None:
     # min_evictable (16 KiB here, set by the test; 1 KiB by default): nothing is evictable,
     # and the hint blamed fragmentation. It names them and the option that lets them leave
     # (allocator/src/oom_report.cpp).
-    engine = pyalloc._engine(None)
     x = torch.randn(32, 32, requires_grad=True)          # 4 KiB
     with pyalloc.recompute():
         states = [x]
         for _ in range(1000):                            # 4 MiB of 4 KiB activations
             states.append(torch.tanh(states[-1] * 1.01))
-        stats = pyalloc.memory_stats()
-        reserved = stats["reserved_bytes.all.current"]
-        engine.set_budget(reserved)
-        try:   # more than is free, less than the budget
-            with pytest.raises(torch.OutOfMemoryError) as oom:
-                torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
-                            dtype=torch.uint8)
-        finally:
-            engine.set_budget(2 << 30)
-    message = str(oom.value)
+        message = _report_of_a_request_past_what_is_free()
     assert "tensors smaller than min_evictable (16.00 KiB), which no policy evicts" in message, message
     assert "PYALLOC_MIN_EVICTABLE" in message, message
     del states
@@ -1858,19 +1859,10 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
             assert not node.evicted
             assert torch.equal(z._data, x * 2 + 1)
 
-    engine = pyalloc._engine(None)   # under plain recompute, the report says why they stay
-    with pyalloc.recompute(min_bytes=0):
+    with pyalloc.recompute(min_bytes=0):   # plain recompute: the report says why they stay
         y = Boxed(x.clone()) * 2
-        stats = pyalloc.memory_stats()
-        reserved = stats["reserved_bytes.all.current"]
-        engine.set_budget(reserved)
-        try:   # more than is free, less than the budget
-            with pytest.raises(torch.OutOfMemoryError) as oom:
-                torch.empty(reserved - stats["allocated_bytes.all.current"] + (512 << 10),
-                            dtype=torch.uint8)
-        finally:
-            engine.set_budget(2 << 30)
-    assert "Python tensor subclasses" in str(oom.value) and "host_pool" in str(oom.value), str(oom.value)
+        message = _report_of_a_request_past_what_is_free()
+    assert "Python tensor subclasses" in message and "host_pool" in message, message
 
 
 if __name__ == "__main__":
