@@ -64,7 +64,7 @@ enum class CostModel : std::uint8_t { kModel, kTime, kBytes };
 struct Settings {
   Policy policy = Policy::kRecompute;
   CostModel cost = CostModel::kModel;
-  std::size_t min_bytes = 1 << 10;  // smaller storages are never nodes (option min_evictable)
+  std::size_t min_bytes = 16 << 10;  // smaller storages are never nodes
   int prefetch = 4;                  // swap/hybrid: swap-ins started ahead per backward use
   bool relocate = false;  // recompute: frozen storages may leave through the host pool
   // The engine runs with option evictable_placement (read once: options never change).
