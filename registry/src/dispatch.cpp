@@ -529,13 +529,12 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const bool backward_fill = info.fill && !foreign && !sparse && !can_swap_ &&
                              !at::GradMode::is_enabled() &&
                              torch::autograd::get_current_graph_task_id() != -1;
+  // A program's own subclass, not a mode's (FakeTensor while torch.compile traces).
+  const bool own_subclass = python_subclass && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   // See Note [What a subclass's op returns].
-  const bool subclass_made = python_subclass && can_relocate_ && !info.aliases_only &&
-                             c10::impl::TorchDispatchModeTLS::stack_len() == 0;
-  // For the out-of-memory report (describe_oom): a program's own subclass, not a mode's
-  // (FakeTensor while torch.compile traces).
-  if (python_subclass && !saw_subclasses_.load(std::memory_order_relaxed) &&
-      c10::impl::TorchDispatchModeTLS::stack_len() == 0)
+  const bool subclass_made = own_subclass && can_relocate_ && !info.aliases_only;
+  // For the out-of-memory report (describe_oom).
+  if (own_subclass && !saw_subclasses_.load(std::memory_order_relaxed))
     saw_subclasses_.store(true, std::memory_order_relaxed);
   if (read_keys.empty() && !fills && !backward_fill && !subclass_made)
     return pass_through(op, ks, stack);
