@@ -457,7 +457,7 @@ class Registry:
         amount of recomputation can serve. They come back on their next use.
     """
 
-    def __init__(self, engine: Engine, min_bytes: int = 16 << 10, cost: str = "model",
+    def __init__(self, engine: Engine, min_bytes: int = 1 << 10, cost: str = "model",
                  policy: str = "recompute", prefetch: int = 4, relocate: bool = False) -> None:
         if cost not in _COSTS:
             raise ValueError(f'cost must be "model", "time" or "bytes", not {cost!r}')

@@ -157,6 +157,28 @@ def test_an_out_of_memory_report_counts_victims_of_last_resort():
     reg.close(*kept)
 
 
+@pytest.mark.parametrize("strategy", ["dtr", "dte", "window"])
+@pytest.mark.parametrize(("small_size", "ticks"), [(4 * KiB, False), (16 * KiB, True)])
+def test_uses_of_small_blocks_do_not_reorder_the_large_victims(strategy, small_size, ticks):
+    # Note [What moves the clock] (allocator/src/evictor.h): staleness orders victims, and
+    # a program's many small tensors must not change which large one is the stalest. Two
+    # 2 MiB victims: `older` (cost 1.5) was used before `newer` (cost 1.0). With the clock
+    # as they left it, older is cheaper per staleness (1.5 / 2 against 1.0 / 1); after 1,000
+    # further ticks both are about equally stale and newer is the cheaper. Uses of a block
+    # under 16 KiB leave the clock alone; from 16 KiB they tick.
+    e = Engine("host", budget="6MiB", evict_strategy=strategy)
+    reg = FakeRegistry(e)
+    reg.add(2 * MiB, cost=1.5, handle=1)
+    reg.add(2 * MiB, cost=1.0, handle=2)
+    small = e.alloc(small_size)  # in a small-pool segment of its own, too full for 2 MiB
+    for _ in range(1000):
+        e.touch(small)
+    e.set_evictable(small, 0, 0.0)  # a mark too, as the registry's of a new node
+    kept = e.alloc(2 * MiB)
+    assert reg.calls == [[2 if ticks else 1]], reg.calls
+    reg.close(small, kept)
+
+
 def test_eviction_cannot_help_a_request_larger_than_everything():
     e, reg, pinned = crafted("dtr")
     with pytest.raises(OutOfMemoryError, match="out of memory"):

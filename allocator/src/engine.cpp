@@ -101,7 +101,7 @@ Status Engine::set_evictable(void* ptr, std::uint64_t handle, double cost, bool 
   block->evict_handle = handle;
   block->evict_cost = cost;
   block->evict_last = last_resort && handle != 0;
-  block->last_use = ++clock_;
+  stamp_use_locked(block);
   if (options_.thrash_guard && handle != 0 && thrash_.marked(handle, clock_))
     ++pool_.stats().num_thrash_fallbacks;
   return Status();
@@ -133,8 +133,13 @@ Status Engine::touch(void* ptr) {
   Block* block = pool_.find_allocated(addr);
   if (!block)
     return Status::invalid("touch of " + format_address(addr) + ": no live block starts there");
-  block->last_use = ++clock_;
+  stamp_use_locked(block);
   return Status();
+}
+
+void Engine::stamp_use_locked(Block* block) {
+  // Note [What moves the clock] in evictor.h.
+  block->last_use = block->size < kClockQuietBytes ? clock_ : ++clock_;
 }
 
 Status Engine::free(void* ptr, std::size_t expected_size) {

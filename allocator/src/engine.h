@@ -149,8 +149,9 @@ class Engine {
                                         std::size_t count);
   void set_evict_callback(EvictCallback callback, void* context);
   // Marks the block at `ptr` evictable under `handle` (0: not evictable) with the cost of
-  // bringing it back; `touch` records a use (the logical clock ticks). `last_resort`: only
-  // the evict_last_resort rung may choose it (Note [Last-resort victims] in block.h).
+  // bringing it back; `touch` records a use (the logical clock ticks, for a block not
+  // below kClockQuietBytes). `last_resort`: only the evict_last_resort rung may choose it
+  // (Note [Last-resort victims] in block.h).
   Status set_evictable(void* ptr, std::uint64_t handle, double cost, bool last_resort = false);
   Status touch(void* ptr);
   // The handles of blocks their owner freed while still marked evictable, oldest first:
@@ -442,6 +443,8 @@ class Engine {
   void after_op_locked();  // the check_invariants option
   // A marked block is being freed by its owner: noted for take_freed_marked().
   void note_freed_marked_locked(Block* block);
+  // Sets `block`'s last use to now: Note [What moves the clock] in evictor.h.
+  void stamp_use_locked(Block* block);
   // --- swap (swap.cpp) ---
   Status ensure_swap_streams_locked();
   // Frees the host ranges of released slots whose copies are done (all of them with wait).
@@ -490,7 +493,7 @@ class Engine {
   void* describe_context_ = nullptr;              // guarded by mutex_
   EvictCallback evict_callback_ = nullptr;  // guarded by mutex_
   void* evict_context_ = nullptr;           // guarded by mutex_
-  std::uint64_t clock_ = 0;                 // guarded by mutex_; ticks on each touch
+  std::uint64_t clock_ = 0;  // guarded by mutex_; Note [What moves the clock] (evictor.h)
   ThrashGuard thrash_;                      // guarded by mutex_; what window rounds evict
   static constexpr std::size_t kMaxFreedMarked = 1 << 16;
   std::vector<std::uint64_t> freed_marked_;  // guarded by mutex_; take_freed_marked()

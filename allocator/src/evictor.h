@@ -18,8 +18,9 @@
 //           would leave wholly free, cheapest first, for the stitch rung. A stitched
 //           range's block is a candidate in every strategy (a window of its own).
 //
-// Staleness is measured on a logical clock (one tick per access the registry reports),
-// which keeps runs deterministic and tests exact.
+// Staleness is measured on a logical clock (one tick per access the registry reports of a
+// block of kClockQuietBytes or more: Note [What moves the clock]), which keeps runs
+// deterministic and tests exact.
 //
 // Thread safety: none; called with the owning Engine's lock held.
 #pragma once
@@ -33,6 +34,21 @@
 #include "pool.h"
 
 namespace pyalloc {
+
+// Note [What moves the clock]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every mark and touch of a block of kClockQuietBytes or more ticks the clock; one of a
+// smaller block stamps the block with the clock as it stands. Staleness orders the victims
+// that free room, and with every access ticking, the count of a program's small tensors
+// reordered its large ones: with min_evictable at 1 KiB the demo's residual CNN marks
+// thousands of 1-16 KiB tensors a step, and their ticks made the window strategy choose
+// other large victims than at 16 KiB, where no small block is ever marked — 726 evictions
+// in six steps instead of 528, and 0.34x the stock batch's samples/s instead of 0.47x
+// (docs/results/notebook.md, twenty-second and twenty-third sessions). With the quiet
+// threshold the same six steps evict the same 528 at either setting: a small victim can
+// join a plan, but does not change which large ones are stale. 16 KiB is the default the
+// registry had for years, so no program's ordering of large victims changes with it.
+inline constexpr std::size_t kClockQuietBytes = 16 << 10;
 
 struct EvictPlan {
   std::vector<Block*> victims;

@@ -100,7 +100,7 @@ namespace pyalloc {
   X(prefetch, kInt, std::size_t, "4", "",                                                   \
     "policy swap/hybrid: how many swapped-out tensors backward brings back ahead of use, in " \
     "the order the previous iteration used them (0: only on use). Never evicts for it.")    \
-  X(min_evictable, kSize, std::size_t, "16KiB", "",                                         \
+  X(min_evictable, kSize, std::size_t, "1KiB", "",                                          \
     "Any policy: storages smaller than this are never evicted (they free little and "       \
     "cost a search and a replay each).")                                                    \
   X(remat_cost, kChoice, std::string, "model", "model, time, bytes",                        \

@@ -109,7 +109,7 @@ bool Registry::try_mark_locked(Node* node) {
                                                             : api.set_evictable;
   if (set(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
     node->marked = true;
-    node->last_tick = ++ticks_;
+    stamp_tick_locked(node);
   } else {
     node->fixed = true;  // not the engine's memory: it could never free it
   }
@@ -126,19 +126,28 @@ void Registry::unmark_locked(Node* node) {
 // Note [Touches]
 // ~~~~~~~~~~~~~~
 // The engine ranks victims by staleness on a logical clock that ticks once per mark and
-// touch it is sent (evictor.h). Most uses of a node come right after it was made (the next
-// op reads it), when its mark is a tick or two old: a touch then would change its
-// staleness by as much, and costs an engine call (its lock and a lookup) on most ops. So a
-// use within kTouchSlack ticks of the node's last mark or touch is not sent; the ranking
-// is off by at most that many ticks, the same way in every run.
+// touch it is sent of a block of 16 KiB or more (Note [What moves the clock] in
+// allocator/src/evictor.h). Most uses of a node come right after it was made (the next op
+// reads it), when its mark is a tick or two old: a touch then would change its staleness by
+// as much, and costs an engine call (its lock and a lookup) on most ops. So a use within
+// kTouchSlack ticks of the node's last mark or touch is not sent; the ranking is off by at
+// most that many ticks, the same way in every run. ticks_ follows the engine's clock: a
+// node under kClockQuietBytes does not move it. (The engine compares its block's size,
+// nbytes rounded up to 512 bytes; a node of 15.5-16 KiB ticks there and not here, which
+// only shifts which touches are sent.)
 constexpr std::uint64_t kTouchSlack = 4;
+constexpr std::size_t kClockQuietBytes = 16 << 10;  // the engine's, evictor.h
+
+void Registry::stamp_tick_locked(Node* node) {
+  node->last_tick = node->nbytes < kClockQuietBytes ? ticks_ : ++ticks_;
+}
 
 void Registry::touch_locked(Node* node) {
   if (ticks_ - node->last_tick <= kTouchSlack) return;
   const c10::StorageImpl* s = node->peek();
   if (!s || !data_of(&*s)) return;
   engine_api::api().touch(engine_, data_of(&*s));
-  node->last_tick = ++ticks_;
+  stamp_tick_locked(node);
 }
 
 // Pinning leaves the engine's mark in place: inputs are pinned and unpinned on every op,

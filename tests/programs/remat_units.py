@@ -1690,7 +1690,8 @@ def an_out_of_memory_report_names_gradients_backward_froze() -> None:
 
 def an_out_of_memory_report_names_tensors_too_small_to_evict() -> None:
     # A recurrent network with a small batch and hidden size makes only tensors below
-    # min_evictable (16 KiB): nothing is evictable, and the hint blamed fragmentation. It names them and the option that lets them leave
+    # min_evictable (16 KiB here, set by the test; 1 KiB by default): nothing is evictable,
+    # and the hint blamed fragmentation. It names them and the option that lets them leave
     # (allocator/src/oom_report.cpp).
     x = torch.randn(32, 32, requires_grad=True)          # 4 KiB
     with pyalloc.recompute():
@@ -1708,7 +1709,8 @@ def an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict() 
     # states (below min_evictable, never evicted nor moved): every 2 MiB segment held a few,
     # so no segment could be emptied, and a 5 MiB request failed at 0.9 of the program's peak
     # with 36 MiB evictable. The hint blamed fragmentation; lowering min_evictable as it now
-    # says let the program train (allocator/src/oom_report.cpp).
+    # says let the program train (allocator/src/oom_report.cpp). With min_evictable 16 KiB
+    # (set by the test), the default before it became 1 KiB.
     engine = pyalloc._engine(None)
     x = torch.randn(128, 128, requires_grad=True)       # 64 KiB
     with pyalloc.recompute():
