@@ -109,7 +109,7 @@ bool Registry::try_mark_locked(Node* node) {
                                                             : api.set_evictable;
   if (set(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
     node->marked = true;
-    stamp_tick_locked(node);
+    node->last_tick = ++ticks_;
   } else {
     node->fixed = true;  // not the engine's memory: it could never free it
   }
@@ -130,24 +130,19 @@ void Registry::unmark_locked(Node* node) {
 // allocator/src/evictor.h). Most uses of a node come right after it was made (the next op
 // reads it), when its mark is a tick or two old: a touch then would change its staleness by
 // as much, and costs an engine call (its lock and a lookup) on most ops. So a use within
-// kTouchSlack ticks of the node's last mark or touch is not sent; the ranking is off by at
-// most that many ticks, the same way in every run. ticks_ follows the engine's clock: a
-// node under kClockQuietBytes does not move it. (The engine compares its block's size,
-// nbytes rounded up to 512 bytes; a node of 15.5-16 KiB ticks there and not here, which
-// only shifts which touches are sent.)
+// kTouchSlack marks and touches sent of the node's last is not sent; the engine's clock
+// moved by at most as many ticks, so the ranking is off by at most that many, the same way
+// in every run. ticks_ counts what is sent whatever its size: counting only what moves the
+// engine's clock sent fewer touches of large nodes among many small ones, and the zoo's
+// GPT-2 then needed 10.5 MiB under recompute against 8.5 (bench_remat, 2026-11-28).
 constexpr std::uint64_t kTouchSlack = 4;
-constexpr std::size_t kClockQuietBytes = 16 << 10;  // the engine's, evictor.h
-
-void Registry::stamp_tick_locked(Node* node) {
-  node->last_tick = node->nbytes < kClockQuietBytes ? ticks_ : ++ticks_;
-}
 
 void Registry::touch_locked(Node* node) {
   if (ticks_ - node->last_tick <= kTouchSlack) return;
   const c10::StorageImpl* s = node->peek();
   if (!s || !data_of(&*s)) return;
   engine_api::api().touch(engine_, data_of(&*s));
-  stamp_tick_locked(node);
+  node->last_tick = ++ticks_;
 }
 
 // Pinning leaves the engine's mark in place: inputs are pinned and unpinned on every op,

@@ -479,10 +479,8 @@ class Registry {
   // The same, but where the storage has no data it only returns false (the caller decides
   // about a death: Note [Deaths found by a charge]); true otherwise.
   bool try_mark_locked(Node* node);
-  // The engine's clock ticks on each mark and touch: see Note [Touches].
+  // A use, for the engine's staleness clock: see Note [Touches].
   void touch_locked(Node* node);
-  // node->last_tick is now, ticking ticks_ as the engine's clock ticks (Note [Touches]).
-  void stamp_tick_locked(Node* node);
   void unmark_locked(Node* node);
   // Under recompute: its dead lineage outweighs a share of the budget, or it may become a
   // leaf's .grad, so it is dropped only as a last resort. See Note [A restore needs its dead
@@ -629,8 +627,7 @@ class Registry {
   // the registry adds to a report] in inspect.cpp).
   int replays_in_flight_ = 0;
   std::unordered_map<c10::OperatorName, std::int64_t> replays_by_op_;  // guarded by mu_
-  std::uint64_t ticks_ = 0;  // guarded by mu_; the engine's clock as marks and touches move it
-                            // (Note [Touches])
+  std::uint64_t ticks_ = 0;  // guarded by mu_; marks and touches sent (See Note [Touches])
   // walk_readers_locked's (guarded by mu_): its stamp and its work list, each entry a
   // node whose readers are next, or (node null) a range of frontiers_.
   struct WalkFrom {
