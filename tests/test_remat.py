@@ -140,6 +140,12 @@ def test_an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evi
     assert out.strip().endswith("ok")
 
 
+def test_small_nodes_do_not_change_which_large_activations_are_evicted():
+    # min_evictable 1 KiB and 16 KiB evict and replay the same large activations on the
+    # demo's model: small nodes' marks leave the engine's staleness clock alone.
+    run_unit("remat_units", "small_nodes_do_not_change_which_large_activations_are_evicted")
+
+
 def test_an_op_that_updates_state_it_reads_replays_from_the_state_it_read():
     # Quantization-aware training's fused observer: See Note [What a recorded op writes] in
     # registry/src/dispatch.cpp.
