@@ -46,8 +46,8 @@ namespace pyalloc {
 // in six steps instead of 528, and 0.34x the stock batch's samples/s instead of 0.47x
 // (docs/results/notebook.md, twenty-second and twenty-third sessions). With the quiet
 // threshold the same six steps evict the same 528 at either setting: a small victim can
-// join a plan, but does not change which large ones are stale. 16 KiB is the default the
-// registry had for years, so no program's ordering of large victims changes with it.
+// join a plan, but does not change which large ones are stale. 16 KiB was min_evictable's
+// default until then, so a program's large victims are ranked as they were under it.
 inline constexpr std::size_t kClockQuietBytes = 16 << 10;
 
 struct EvictPlan {
