@@ -78,10 +78,10 @@ def run_program(name: str, *args, timeout: float = 600, env: dict | None = None)
     return run_python(path, *args, timeout=timeout, env=env)
 
 
-def run_unit(program: str, check: str) -> None:
+def run_unit(program: str, check: str, env: dict | None = None) -> None:
     """Runs the check named ``check`` of the unit-check program ``program``
-    (tests/programs/unit_harness.py), which must reach its end."""
-    assert run_program(program, check).strip().endswith("ok")
+    (tests/programs/unit_harness.py), which must reach its end; ``env`` as run_python's."""
+    assert run_program(program, check, env=env).strip().endswith("ok")
 
 
 TRAIN_BATCH = {"mlp": 4096, "cnn": 64, "transformer": 32}

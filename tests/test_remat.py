@@ -126,18 +126,15 @@ MIN_EVICTABLE_16K = {"PYALLOC_MIN_EVICTABLE": "16KiB"}
 
 def test_an_out_of_memory_report_names_tensors_too_small_to_evict():
     # Where tensors below min_evictable fill the budget, the hint says so and names the option.
-    out = run_program("remat_units", "an_out_of_memory_report_names_tensors_too_small_to_evict",
-                      env=MIN_EVICTABLE_16K)
-    assert out.strip().endswith("ok")
+    run_unit("remat_units", "an_out_of_memory_report_names_tensors_too_small_to_evict",
+             env=MIN_EVICTABLE_16K)
 
 
 def test_an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict():
     # Where such tensors sit among evictable ones, one in each segment keeps it from being
     # emptied; the hint counts those segments and names the option.
-    out = run_program("remat_units",
-                      "an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict",
-                      env=MIN_EVICTABLE_16K)
-    assert out.strip().endswith("ok")
+    run_unit("remat_units", "an_out_of_memory_report_names_segments_kept_by_tensors_too_small_to_evict",
+             env=MIN_EVICTABLE_16K)
 
 
 def test_small_nodes_do_not_change_which_large_activations_are_evicted():
@@ -345,8 +342,7 @@ def test_every_view_of_an_evicted_tensor_restores_it_first(boxed):
     # Both paths of a view: its own kernel (Note [Views without boxing] in
     # registry/src/dispatch.cpp) and the fallback, which PYALLOC_BOXED_VIEWS=1 keeps.
     env = {"PYALLOC_BOXED_VIEWS": "1"} if boxed else None
-    out = run_program("remat_units", "every_view_of_an_evicted_tensor_restores_it_first", env=env)
-    assert out.strip().endswith("ok")
+    run_unit("remat_units", "every_view_of_an_evicted_tensor_restores_it_first", env=env)
 
 
 @pytest.mark.slow

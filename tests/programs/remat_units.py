@@ -1865,7 +1865,6 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
     assert "Python tensor subclasses" in message and "host_pool" in message, message
 
 
-
 def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
     # Note [What moves the clock] (allocator/src/evictor.h): with min_evictable at 1 KiB
     # the demo's residual CNN makes thousands of 1-16 KiB nodes a step. When each of their
@@ -1886,6 +1885,7 @@ def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
             seen[min_bytes] = (run.trained, run.evictions, run.final_loss, reg.replays_by_op())
     assert seen[1 << 10][0] and seen[1 << 10][1] > 0, seen
     assert seen[1 << 10] == seen[16 << 10], seen
+
 
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
