@@ -412,7 +412,7 @@ def table(results: List[Dict[str, Any]]) -> str:
             batch = r.get("max_batch") or 0
             capped = "≥" if batch >= 8 * r.get("batch", 1) else ""
             gaps = r.get("fails_above_min") or []
-            holes = f" (fails at {', '.join(f'{g:.2f}' for g in gaps)})" if gaps else ""
+            holes = f" (fails at {', '.join(f'{g:.3f}' for g in gaps)})" if gaps else ""
             rows.append(
                 f"| {task} | {config} | {mb:.3f}{holes} |" if mb else f"| {task} | {config} | — |")
             batch_cell = (f"{capped}{batch} ({capped}{batch / base_batch:.2f}x)"
