@@ -700,7 +700,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     if (info.random) {
       at::Generator generator = generator_of(arguments, device);
       std::lock_guard<std::mutex> guard(generator.mutex());
-      pending->rec->rng = generator.clone();  // replayed bit for bit from this state
+      pending->rec->rng.emplace(generator);  // replayed bit for bit from this state
       pending->rec->generator = generator;
     }
   }

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "rng.h"
+
 namespace pyalloc::registry {
 
 // Note [Efficient zero tensors]
@@ -174,7 +176,7 @@ struct Recording {
   // Arguments that were Python numbers PyTorch wrapped as 0-dim tensors: kept as the
   // number (args holds a Scalar there) and wrapped again at replay.
   c10::SmallVector<std::uint16_t, 2> wrapped;
-  std::optional<at::Generator> rng;        // a copy of the generator's state before the op
+  std::optional<RngSnapshot> rng;          // the generator's state before the op (rng.h)
   std::optional<at::Generator> generator;  // the generator the op drew from
   double cost = 0;                         // in the cost model's unit (Registry::cost_of)
   // Argument positions the op writes (OpInfo::written, which lives as long as the process);

@@ -298,7 +298,7 @@ std::vector<at::Tensor> Registry::replay(Lock& lock, const Step& step, Node* tar
     for (std::uint16_t pos : to_clone) stack[pos] = cloned(stack[pos]);
     EvictableScope evictable(places_evictables());  // a replay rebuilds a node
     std::optional<GeneratorState> state;
-    if (rec.rng && rec.generator) state.emplace(*rec.generator, *rec.rng);
+    if (rec.rng && rec.generator) state.emplace(*rec.generator, rec.rng->generator());
     at::AutoGradMode grad_mode(rec.grad_mode);
     rec.op.callBoxed(stack);
   }
