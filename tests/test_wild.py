@@ -44,6 +44,24 @@ FRACTION = {
 }
 
 
+# What a CPU's kernels hold while they run is not the same on every CPU: on an AVX-512
+# Xeon (2026-11-28) oneDNN's bfloat16 convolution backward holds a 6 MiB buffer of its own
+# that the AVX2 EPYC the fractions were set on does not, and autocast's floor (what no
+# choice of victims can free, bench_remat's floor) is 0.56 of its peak there: no policy can
+# train it at 0.5 (it trains from 0.71, and needs no eviction above 0.75). For the tasks in
+# KERNEL_BOUND, where the floor on the machine running the tests lies above the fraction,
+# the test says so and skips; everywhere else the fraction stands. Only these: a registry
+# that stopped evicting something would raise every floor, and must fail, not skip.
+KERNEL_BOUND = {"wild_autocast"}
+
+
+def floor_fraction(task: str, peak: int) -> float:
+    """The task's floor on this machine, as a fraction of ``peak``."""
+    probe = train(task, "2GiB", steps=STEPS, flags=("--report-floor",), policy="recompute")
+    return next(int(line.split()[1]) for line in probe["output"].splitlines()
+                if line.startswith("floor_bytes ")) / peak
+
+
 def test_every_wild_task_has_a_fraction():
     assert sorted(FRACTION) == sorted(WILD)
 
@@ -52,6 +70,10 @@ def test_every_wild_task_has_a_fraction():
 @pytest.mark.parametrize("task", sorted(WILD))
 def test_trains_bit_identically_under_recompute(task):
     free = train(task, "2GiB", steps=STEPS)
+    floor = floor_fraction(task, free["peak"]) if task in KERNEL_BOUND else 0.0
+    if floor > FRACTION[task]:
+        pytest.skip(f"{task}: this CPU's kernels hold {floor:.2f} of the peak that no policy can "
+                    f"free (its floor), above the {FRACTION[task]} the test trains at")
     budget = int(FRACTION[task] * free["peak"])
     tight = train(task, budget, steps=STEPS, policy="recompute")
     assert tight["record"] == free["record"]

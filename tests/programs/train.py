@@ -19,6 +19,7 @@ need; each says why.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -75,6 +76,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--report-static-bytes", action="store_true",
                         help="print 'static_bytes' (what no policy can evict, each storage "
                              "once) and 'allocated_peak'")
+    parser.add_argument("--report-floor", action="store_true",
+                        help="under a policy: print 'floor_bytes', the least memory any choice "
+                             "of victims needs (bench_remat's floor, Registry.floor_probe)")
     return parser.parse_args()
 
 
@@ -152,12 +156,19 @@ def main() -> None:
     optimizer = OPTIMIZERS[args.optimizer](model.parameters())
     x, y = task.batch(args.batch, torch.Generator().manual_seed(1))
     x, y = x.to(args.device), y.to(args.device)
-    for _ in range(args.steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = task.loss(model, x, y)
-        loss.backward()
-        optimizer.step()
-        print("loss", loss.item().hex())
+    with contextlib.ExitStack() as probes:
+        if args.report_floor:
+            from pyalloc import registry
+
+            floor = probes.enter_context(registry.active().floor_probe())
+        for _ in range(args.steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = task.loss(model, x, y)
+            loss.backward()
+            optimizer.step()
+            print("loss", loss.item().hex())
+    if args.report_floor:
+        print("floor_bytes", floor["bytes"])
     print_state_digest(model, optimizer)
 
     if args.report_registry:
