@@ -113,6 +113,12 @@ def train(task: str, budget, steps: int = 20, batch: int | None = None, device: 
             **json.loads(lines[-1])}
 
 
+def printed(run: dict, name: str) -> int:
+    """The integer a training program printed on its line ``name N`` (``run`` as train's)."""
+    return next(int(line.split()[1]) for line in run["output"].splitlines()
+                if line.startswith(name + " "))
+
+
 def training_record(output: str) -> list:
     """The lines of a training program's output that must match bit for bit."""
     return [line for line in output.splitlines() if line.startswith(("loss", "params"))]

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import PROGRAMS, train, training_record
+from conftest import PROGRAMS, printed, train, training_record
 from pyalloc.bench.wild import WILD
 
 STEPS = 2
@@ -58,8 +58,7 @@ KERNEL_BOUND = {"wild_autocast"}
 def floor_fraction(task: str, peak: int) -> float:
     """The task's floor on this machine, as a fraction of ``peak``."""
     probe = train(task, "2GiB", steps=STEPS, flags=("--report-floor",), policy="recompute")
-    return next(int(line.split()[1]) for line in probe["output"].splitlines()
-                if line.startswith("floor_bytes ")) / peak
+    return printed(probe, "floor_bytes") / peak
 
 
 def test_every_wild_task_has_a_fraction():

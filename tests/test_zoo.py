@@ -28,7 +28,7 @@ import importlib.util
 
 import pytest
 
-from conftest import run_program, train
+from conftest import printed, run_program, train
 from pyalloc.bench.zoo import ZOO
 
 STEPS = 3
@@ -47,11 +47,6 @@ STATIC = ("--report-static-bytes",)
 
 def unconstrained(task: str) -> dict:
     return train(task, "2GiB", steps=STEPS, flags=STATIC)
-
-
-def printed(run: dict, name: str) -> int:
-    return next(int(line.split()[1]) for line in run["output"].splitlines()
-                if line.startswith(name + " "))
 
 
 def counters(run: dict) -> dict:

@@ -156,11 +156,12 @@ def main() -> None:
     optimizer = OPTIMIZERS[args.optimizer](model.parameters())
     x, y = task.batch(args.batch, torch.Generator().manual_seed(1))
     x, y = x.to(args.device), y.to(args.device)
-    with contextlib.ExitStack() as probes:
-        if args.report_floor:
-            from pyalloc import registry
+    probe = contextlib.nullcontext()
+    if args.report_floor:
+        from pyalloc import registry
 
-            floor = probes.enter_context(registry.active().floor_probe())
+        probe = registry.active().floor_probe()
+    with probe as floor:
         for _ in range(args.steps):
             optimizer.zero_grad(set_to_none=True)
             loss = task.loss(model, x, y)
