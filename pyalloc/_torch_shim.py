@@ -44,13 +44,29 @@ def _sources(root: Path) -> List[Path]:
 # redispatch, debug asserts) into whatever includes them, unless it is defined.
 # PYALLOC_SHIM_DEBUG_INFO=1 adds -g, for profilers that attribute cost to source lines
 # (callgrind_annotate on the registry's per-op path); the code generated is the same.
-_CFLAGS = ["-O2", "-DNDEBUG"] + (["-g"] if os.environ.get("PYALLOC_SHIM_DEBUG_INFO") == "1" else [])
+#
+# Note [Calls inside the library]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Built as a shared library with default visibility, every call from one of its functions to
+# another it defines (by_key_locked, unpin_all_locked, the engine table's accessor, the
+# instances of PyTorch's header templates it holds) went through the PLT, since the dynamic
+# linker may bind such a name to another library's: an indirect jump and a stub's cache
+# line per callee, and GCC would not inline across such a call inside one file. Nothing
+# interposes on these names, so -fno-semantic-interposition lets GCC treat them as the
+# library's own, -Wl,-Bsymbolic-functions binds the calls between files to the library's
+# own definitions (functions only: data, such as a static in an inline function of
+# PyTorch's headers, keeps one copy in the process), and -fno-plt calls libtorch's
+# functions through the GOT directly, without a stub (Note [The per-op path's footprint]
+# in registry/src/registry.h).
+_CFLAGS = ["-O2", "-DNDEBUG", "-fno-semantic-interposition", "-fno-plt"] + (
+    ["-g"] if os.environ.get("PYALLOC_SHIM_DEBUG_INFO") == "1" else [])
+_LDFLAGS = ["-Wl,-Bsymbolic-functions"]
 
 
 def _cache_dir(root: Path) -> Path:
     import torch
 
-    digest = hashlib.sha256(" ".join(_CFLAGS).encode())
+    digest = hashlib.sha256(" ".join(_CFLAGS + _LDFLAGS).encode())
     for path in [*_sources(root), *sorted((root / "registry" / "src").glob("*.h")),
                  root / "csrc" / "pyalloc_c.h", root / "allocator" / "src" / "node_pool.h"]:
         digest.update(path.name.encode())
@@ -132,6 +148,7 @@ def _build(root: Path, build_dir: Path, name: str) -> Path:
             extra_include_paths=[str(root / "csrc"), str(root / "registry" / "src"),
                                  str(root / "allocator" / "src")],
             extra_cflags=_CFLAGS,
+            extra_ldflags=_LDFLAGS,
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,

@@ -497,23 +497,20 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   for (const c10::IValue& v : arguments) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // a Python number
-      if (!(t.key_set() & kWrapperKeys).empty() || t.is_nested()) {
+      if (C10_UNLIKELY(!(t.key_set() & kWrapperKeys).empty() || t.is_nested())) {
         foreign = true;
         python_subclass = python_subclass || t.key_set().has(c10::DispatchKey::Python);
         return;
       }
       c10::StorageImpl* key = storage_of(t);
-      if (!key && for_each_sparse_part(t, [&](const at::Tensor& part) {
-            if (const c10::StorageImpl* part_key = managed_storage_of(part)) {
-              read(part, part_key);
-              sparse_parts.push_back(part_key);
-            }
-          })) {
-        sparse = true;
-        requires_grad = requires_grad || t.requires_grad();
+      if (C10_UNLIKELY(!key)) {
+        if (read_sparse_parts(t, read, &sparse_parts)) {
+          sparse = true;
+          requires_grad = requires_grad || t.requires_grad();
+        }
         return;
       }
-      if (!key || t.device().type() != settings_.device_type) return;
+      if (t.device().type() != settings_.device_type) return;
       requires_grad = requires_grad || t.requires_grad();
       if (!dual) dual = has_tangent(t);
       read(t, key);
@@ -534,7 +531,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // See Note [What a subclass's op returns].
   const bool subclass_made = own_subclass && can_relocate_ && !info.aliases_only;
   // For the out-of-memory report (describe_oom).
-  if (own_subclass && !saw_subclasses_.load(std::memory_order_relaxed))
+  if (C10_UNLIKELY(own_subclass) && !saw_subclasses_.load(std::memory_order_relaxed))
     saw_subclasses_.store(true, std::memory_order_relaxed);
   if (read_keys.empty() && !fills && !backward_fill && !subclass_made)
     return pass_through(op, ks, stack);
@@ -563,25 +560,21 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const std::uint64_t t_thread = t_seen.id;
   const std::int64_t previous_task = std::exchange(t_seen.task, task);
   if (t_thread != owner_thread_ &&
-      std::find(seen_threads_.begin(), seen_threads_.end(), t_thread) == seen_threads_.end()) {
-    seen_threads_.push_back(t_thread);
-    counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
-  }
+      std::find(seen_threads_.begin(), seen_threads_.end(), t_thread) == seen_threads_.end())
+    note_thread_locked(t_thread);
   if (task != -1) {
     enter_backward_locked(task, previous_task);
-  } else if (!open_tasks_.empty() && t_thread == owner_thread_) {
+  } else if (C10_UNLIKELY(!open_tasks_.empty() && t_thread == owner_thread_)) {
     end_stale_backwards_locked(lock);  // passes that ended by an exception
   }
-  if (dual) saw_tangents_ = true;  // for the out-of-memory report (describe_oom)
+  if (C10_UNLIKELY(dual)) saw_tangents_ = true;  // for the out-of-memory report (describe_oom)
   notice_deaths_locked(/*all=*/false);
   revisit_unread_locked();
-  if (counters_.ops >= next_sweep_) sweep_locked(/*tidy=*/true);
+  if (C10_UNLIKELY(counters_.ops >= next_sweep_)) sweep_locked(/*tidy=*/true);
   // A sparse argument with a part that is a node makes the op foreign (Note [Sparse
   // arguments]); a part that is a remembered fill stays a leaf.
-  for (const c10::StorageImpl* key : sparse_parts) {
-    if (by_key_locked(key)) foreign = true;
-    else if (!fills_.empty()) forget_fill_locked(key);
-  }
+  if (C10_UNLIKELY(!sparse_parts.empty()) && sparse_parts_read_nodes_locked(sparse_parts))
+    foreign = true;
   // Whether the op may make an activation (what else decides is looked at below). One that
   // also takes a subclass, a FakeTensor or a nested tensor is not recorded (its replay
   // could not be trusted), but what it reads of the plain kind is still restored and
@@ -610,7 +603,8 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                              !c10::InferenceMode::is_enabled();
   // A fill this op reads or writes becomes a node first when the op may make an activation
   // (Note [Fills a write makes activations]).
-  if (!fills_.empty() && grad_mode && task == -1 && (requires_grad || derives_plain) && !foreign)
+  if (C10_UNLIKELY(!fills_.empty()) && grad_mode && task == -1 && (requires_grad || derives_plain) &&
+      !foreign)
     promote_fills_locked(info, arguments);
   NodeList used;
   for (const c10::StorageImpl* key : read_keys) {
@@ -633,14 +627,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       for (Node* node : used) backward_use_locked(node);
     pin_all(lock, used);
     pins.nodes = used;
-    if (settings_.policy == Policy::kHybrid && !in_backward) {
-      const std::int64_t now = now_ns();
-      const auto waited = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
-      for (Node* node : used) {
-        node->last_use_ns = now;
-        node->waited_ns = waited;
-      }
-    }
+    if (settings_.policy == Policy::kHybrid && !in_backward) note_forward_uses_locked(used);
     if (in_backward && settings_.prefetch > 0)
       for (Node* node : used) prefetch_after(lock, node);
   }
@@ -711,34 +698,21 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       if (pos < pending->rec->args.size() && pending->rec->args[pos].isTensor() &&
           pending->rec->args[pos].toTensor().defined())
         snapshots.push_back(pos);
-  std::uint64_t droppable = 0;
-  if (floor_probe_) {
-    for (const Node* node = nodes_.oldest(); node; node = node->newer) {
-      const Node& n = *node;
-      if (n.lineage() && !n.evicted && !n.dead && !n.fixed && !n.weak.expired() &&
-          std::find(read_keys.begin(), read_keys.end(), n.key) == read_keys.end())
-        droppable += n.nbytes;
-    }
-    engine_api::api().reset_peak_stats(engine_);
-  }
+  const std::uint64_t droppable = C10_UNLIKELY(floor_probe_) ? floor_probe_start_locked(read_keys) : 0;
   std::int64_t elapsed_ns = 0;
   // See Note [What autograd saves].
   const bool hear = extends && written_keys.size() == 1 && requires_grad &&
                     grad_mode && c10::impl::TorchDispatchModeTLS::stack_len() == 0;
   {
     Unlocked unlocked(lock);
-    if (!snapshots.empty()) {  // the recording is still this thread's alone
-      OwnOpGuard guard;
-      for (std::uint16_t pos : snapshots)
-        pending->rec->args[pos] = pending->rec->args[pos].toTensor().clone();
-    }
+    if (C10_UNLIKELY(!snapshots.empty())) snapshot_arguments(*pending->rec, snapshots);
     std::optional<c10::impl::ExcludeDispatchKeyGuard> deaf;
     const int heard = (hear ? kHearSaves : 0) | (hear_tangents ? kHearTangents : 0);
     if (!heard) deaf.emplace(c10::DispatchKeySet(kRegistryKey));
     HearAutogradLayer hear_autograd(heard);
     BelowRegistry below_registry;  // See Note [Re-entry through Python modes] in own_ops.h
     EvictableScope evictable(creates && places_evictables());  // Note [Evictable placement]
-    if (settings_.cost == CostModel::kTime) {
+    if (C10_UNLIKELY(settings_.cost == CostModel::kTime)) {
       const std::int64_t start = now_ns();
       op.redispatchBoxed(ks, stack);
       elapsed_ns = now_ns() - start;
@@ -746,16 +720,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       op.redispatchBoxed(ks, stack);
     }
   }
-  if (floor_probe_) {
-    std::uint64_t current = 0, peak = 0;
-    engine_api::api().allocated(engine_, &current, &peak);
-    if (peak > droppable && peak - droppable > floor_bytes_) {
-      floor_bytes_ = peak - droppable;
-      floor_allocated_ = peak;
-      floor_droppable_ = droppable;
-      floor_op_ = info.base + "." + (info.overload.empty() ? "default" : info.overload);
-    }
-  }
+  if (C10_UNLIKELY(floor_probe_)) floor_probe_finish_locked(info, droppable);
   // What autograd saved from the chain's version before the write reads an earlier version
   // now (Note [What autograd saves] above; Note [Readers of an earlier version] in writes.cpp).
   if (extends && hear)
@@ -765,8 +730,71 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   pins.release();
   if (writes_node) record_mutation_locked(extends ? &*pending : nullptr, targets, elapsed_ns);
   if (creates) record_creation_locked(*pending, read_keys, torch::jit::last(*stack, info.num_returns), elapsed_ns);
-  if (remembers) remember_fill_locked(*pending, torch::jit::last(*stack, info.num_returns), elapsed_ns);
+  if (C10_UNLIKELY(remembers)) remember_fill_locked(*pending, torch::jit::last(*stack, info.num_returns), elapsed_ns);
   if (bare && !writes_node) record_bare_locked(task, read_keys, torch::jit::last(*stack, info.num_returns));
+}
+
+// --- run_op's rare cases, out of its line (Note [The per-op path's footprint]) --------------
+
+template <typename Read>
+bool Registry::read_sparse_parts(const at::Tensor& t, Read& read, KeyList* parts) const {
+  return for_each_sparse_part(t, [&](const at::Tensor& part) {
+    if (const c10::StorageImpl* part_key = managed_storage_of(part)) {
+      read(part, part_key);
+      parts->push_back(part_key);
+    }
+  });
+}
+
+void Registry::note_thread_locked(std::uint64_t thread) {
+  seen_threads_.push_back(thread);
+  counters_.backward_threads = static_cast<std::int64_t>(seen_threads_.size());
+}
+
+bool Registry::sparse_parts_read_nodes_locked(const KeyList& parts) {
+  bool node_read = false;
+  for (const c10::StorageImpl* key : parts) {
+    if (by_key_locked(key)) node_read = true;
+    else if (!fills_.empty()) forget_fill_locked(key);
+  }
+  return node_read;
+}
+
+void Registry::note_forward_uses_locked(const NodeList& used) {
+  const std::int64_t now = now_ns();
+  const auto waited = static_cast<std::int64_t>(engine_api::api().blocked_ns(engine_));
+  for (Node* node : used) {
+    node->last_use_ns = now;
+    node->waited_ns = waited;
+  }
+}
+
+std::uint64_t Registry::floor_probe_start_locked(const KeyList& read_keys) {
+  std::uint64_t droppable = 0;
+  for (const Node* node = nodes_.oldest(); node; node = node->newer) {
+    const Node& n = *node;
+    if (n.lineage() && !n.evicted && !n.dead && !n.fixed && !n.weak.expired() &&
+        std::find(read_keys.begin(), read_keys.end(), n.key) == read_keys.end())
+      droppable += n.nbytes;
+  }
+  engine_api::api().reset_peak_stats(engine_);
+  return droppable;
+}
+
+void Registry::floor_probe_finish_locked(const OpInfo& info, std::uint64_t droppable) {
+  std::uint64_t current = 0, peak = 0;
+  engine_api::api().allocated(engine_, &current, &peak);
+  if (peak > droppable && peak - droppable > floor_bytes_) {
+    floor_bytes_ = peak - droppable;
+    floor_allocated_ = peak;
+    floor_droppable_ = droppable;
+    floor_op_ = info.base + "." + (info.overload.empty() ? "default" : info.overload);
+  }
+}
+
+void Registry::snapshot_arguments(Recording& rec, c10::ArrayRef<std::uint16_t> positions) {
+  OwnOpGuard guard;  // the recording is still this thread's alone
+  for (std::uint16_t pos : positions) rec.args[pos] = rec.args[pos].toTensor().clone();
 }
 
 }  // namespace pyalloc::registry

@@ -58,6 +58,22 @@
 
 namespace pyalloc::registry {
 
+// Note [The per-op path's footprint]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// run_op runs on every aten op, between kernels that evict its code from the instruction
+// cache: cachegrind on the MLP of small layers (twenty-fourth session) counted 302 L1
+// instruction-cache misses an op the registry added for 2,394 instructions, 36 of them in
+// run_op alone (11.5 KiB of code, its hot path spread among branches a training step never
+// takes). So what a step rarely needs is kept out of its line: rare cases in functions of
+// their own marked PYALLOC_COLD (GCC puts them, and the branch that calls them, in
+// .text.unlikely), rare conditions marked C10_UNLIKELY (their blocks go to the function's
+// end), and the library is linked so that its calls into itself are direct (Note [Calls
+// inside the library] in pyalloc/_torch_shim.py). What is rare here: sparse arguments,
+// subclasses and tangents, a thread's first op, hybrid's timing, the floor probe, copies of
+// arguments an op writes, the time cost model.
+#define PYALLOC_COLD __attribute__((cold, noinline))
+
+
 enum class Policy : std::uint8_t { kRecompute, kSwap, kHybrid };
 enum class CostModel : std::uint8_t { kModel, kTime, kBytes };
 
@@ -289,6 +305,27 @@ class Registry {
    private:
     Registry& registry_;
   };
+
+  // --- run_op's rare cases, out of its line (Note [The per-op path's footprint]) ---
+  // Passes a sparse argument's dense parts on the managed device to `read` and adds them
+  // to *parts; false where `t` is no sparse tensor (Note [Sparse arguments]).
+  template <typename Read>
+  PYALLOC_COLD bool read_sparse_parts(const at::Tensor& t, Read& read, KeyList* parts) const;
+  // The first op of a thread other than the owner (counters_.backward_threads).
+  PYALLOC_COLD void note_thread_locked(std::uint64_t thread);
+  // Whether one of a sparse argument's `parts` is a node (the op is then foreign); a part
+  // that is a remembered fill is forgotten.
+  PYALLOC_COLD bool sparse_parts_read_nodes_locked(const KeyList& parts);
+  // Hybrid: when the nodes an op reads in forward were last used (route_locked's gaps).
+  PYALLOC_COLD void note_forward_uses_locked(const NodeList& used);
+  // The floor probe (set_floor_probe): before the op, the resident bytes it does not read
+  // that lineage could rebuild; after it, the floor the op's peak sets.
+  PYALLOC_COLD std::uint64_t floor_probe_start_locked(const KeyList& read_keys);
+  PYALLOC_COLD void floor_probe_finish_locked(const OpInfo& info, std::uint64_t droppable);
+  // The recording's copies of the arguments at `positions`, which the op writes (Note
+  // [What a recorded op writes]); taken before the op runs, outside the lock.
+  PYALLOC_COLD static void snapshot_arguments(Recording& rec,
+                                              c10::ArrayRef<std::uint16_t> positions);
 
   // --- nodes and their lineage: recording (registry.cpp), writes (writes.cpp), deaths
   // (liveness.cpp) ---
