@@ -31,7 +31,6 @@ import torch
 
 import pyalloc
 from digests import print_state_digest
-from unit_harness import warm_up_cpu_matmul
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
@@ -128,8 +127,6 @@ def static_bytes(model, optimizer, x, y) -> int:
 
 def main() -> None:
     args = parse_args()
-    if args.device == "cpu":
-        warm_up_cpu_matmul()  # before a policy's host pool: see its docstring
     pyalloc.install(device=args.device, budget=args.budget, **args.options)
     from pyalloc.bench.models import TASKS
 
