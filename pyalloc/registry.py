@@ -612,7 +612,12 @@ class Registry:
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         stream = torch.cuda.current_stream().cuda_stream if cuda else 0
         with self.paused():
-            buf = torch.ones(nbytes, dtype=torch.uint8, device=device)
+            # empty, not ones: what the bytes hold does not matter to a copy, and on the
+            # simulated device a fill of this size is an OpenMP region, after which the
+            # process's first MKL sgemm can round its calling thread's rows differently from
+            # every later call of the same product (docs/design.md, "The first sgemm after a
+            # parallel region"): a recompute of that op could not match its bits.
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
             best = float("inf")
             for _ in range(3):   # the first round also faults the host pages in
                 self.engine.synchronize()
