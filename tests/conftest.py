@@ -6,6 +6,12 @@
 * ``install()`` is one-way per process, so tests that install pyalloc into PyTorch run
   a program of tests/programs/ in a fresh interpreter (``run_program``, ``run_unit``,
   ``train``).
+* Intra-op parallelism is one thread (``OMP_NUM_THREADS=1`` unless the environment sets
+  it), here and in every program the tests run: many tests compare a policy's training with
+  plain PyTorch's bit for bit, across processes, and PyTorch's CPU kernels with two or more
+  OpenMP threads do not repeat their own bits under load (plain PyTorch gave another result
+  in about one process in fifteen on a two-core VM; docs/design.md, "The first sgemm after a
+  parallel region"). With one thread they do, so a difference is pyalloc's.
 """
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# Before torch reads it (the pytest process imports torch later, the programs inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
