@@ -536,3 +536,44 @@ def test_small_request_borrows_from_a_large_block_when_the_budget_is_spent(make_
     assert roomy.stats()["num_small_borrows"] == 0
     roomy.free(s2)
     roomy.free(b2)
+
+
+def test_a_large_request_takes_a_small_segments_hole_rather_than_failing(make_engine):
+    # Note [Lending the small pool's holes] in reclaim.cpp: the budget holds one small and one
+    # large segment, both in use; the only free memory large enough is a 1.5 MiB hole of the
+    # small segment. A 1.25 MiB request (the large pool's) takes it instead of failing.
+    engine = make_engine(budget="4MiB")
+    head = engine.alloc(128 * KiB)
+    hole = [engine.alloc(1 * MiB), engine.alloc(512 * KiB)]
+    tail = engine.alloc(256 * KiB)
+    large = engine.alloc(2 * MiB)
+    assert segment_of(engine, head)["segment_type"] == "small"
+    assert segment_of(engine, large)["segment_type"] == "large"
+    for ptr in hole:
+        engine.free(ptr)
+    assert engine.stats()["reserved_bytes.all.current"] == 4 * MiB
+    lent = engine.alloc(1280 * KiB)
+    stats = engine.stats()
+    assert stats["rung.lend"] == 1 and stats["num_ooms"] == 0
+    seg = segment_of(engine, lent)
+    assert seg["segment_type"] == "small" and seg["address"] == segment_of(engine, head)["address"]
+    assert lent == hole[0]   # the hole's start: best fit, taken as any block is
+    ctypes.memset(lent, 7, 1280 * KiB)
+    assert ctypes.string_at(lent + 1280 * KiB - 4, 4) == bytes([7]) * 4
+    engine.check_invariants()
+    # No hole is large enough now: a clean out-of-memory error, counted once.
+    with pytest.raises(OutOfMemoryError, match="out of memory"):
+        engine.alloc(1280 * KiB)
+    assert engine.stats()["rung.lend"] == 1 and engine.stats()["num_ooms"] == 1
+    # Freed, the lent block is the small pool's again: it merges back into one hole.
+    engine.free(lent)
+    engine.check_invariants()
+    again = engine.alloc(1 * MiB)
+    assert segment_of(engine, again)["address"] == segment_of(engine, head)["address"]
+    for ptr in (again, head, tail, large):
+        engine.free(ptr)
+    # With room under the budget, a large request keeps to the large pool.
+    roomy = make_engine(budget="64MiB")
+    r = roomy.alloc(1280 * KiB)
+    assert segment_of(roomy, r)["segment_type"] == "large" and roomy.stats()["rung.lend"] == 0
+    roomy.free(r)

@@ -70,7 +70,7 @@ def examples(n: int) -> int:
 
 
 SERVING_RUNGS = ("cached", "stitch_first", "grow", "fence", "any_class", "borrow",
-                 "stitch_cached", "release", "stitch_map_rest")
+                 "stitch_cached", "release", "stitch_map_rest", "lend")
 
 
 def check_rung_counters(stats):
@@ -364,8 +364,12 @@ class EngineMachine(RuleBasedStateMachine):
             elif block.persistent:   # packed: split down to the smallest block
                 assert b["size"] == rounded
             elif seg["segment_type"] == "small":
-                assert pool_of(block.size) == "small"
-                assert b["size"] == rounded
+                if pool_of(block.size) == "small":
+                    assert b["size"] == rounded
+                else:   # lent at the end of the ladder (rung.lend): at most a small segment
+                    assert rounded <= b["size"] < rounded + 512 and rounded <= 2 * MiB
+                    assert stats["rung.lend"] > 0
+                    event("a large block lent a small segment's hole was live")
             else:  # a large-pool remainder of at most 1 MiB stays attached; a small request
                 #     lands here only when borrowed under budget pressure (num_small_borrows)
                 assert rounded <= b["size"] <= rounded + SMALL_SIZE

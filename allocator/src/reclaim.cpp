@@ -44,6 +44,8 @@
 //                    last resort included (Note [Last-resort victims] in block.h).
 //   wait             other threads' victims are on their way out: wait for their frees, a
 //                    bounded time.
+//   lend             a large request of at most a small segment's size takes a hole of a
+//                    small-pool segment: Note [Lending the small pool's holes].
 //
 // Under the window strategy the ladder is kLadderInPlace: any_class, borrow and
 // evict_in_place come before the rungs that map and unmap (Note [Evicting in place]),
@@ -77,6 +79,21 @@
 // first steps, while the pool takes its shape, or a request larger than any segment). dtr
 // and dte keep their order: their victims are chosen by score, not by place.
 //
+// Note [Lending the small pool's holes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A request above 1 MiB is the large pool's, as in PyTorch, and never looked for in the
+// small pool's 2 MiB segments, which keeps those for the many small tensors. Under a
+// registry the budget is always spent, and the small segments' holes can be the only free
+// memory large enough: a SuperGlue-style matcher (tools/user_programs/sinkhorn_matching)
+// under recompute at 0.3 of its peak ran out of memory in backward asking for 1.12 MiB with
+// 7.86 MiB cached free, the largest hole 1.41 MiB, in a small segment, and nothing left to
+// evict in the large pool. So, last of all, after every rung that evicts, moves or waits,
+// a large request that fits in a small segment takes the best-fitting hole of one (any
+// segment class) instead of failing. Last, not sooner: a hole lent so is one the small
+// requests after it cannot use, and the rungs before it keep the pools apart wherever they
+// can. The rung only turns failures into allocations (rung.lend counts them); the block
+// is the small pool's from then on, and its free returns it there.
+
 // Note [Long-lived requests do not borrow]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A small request borrows a piece of a large-pool free block when the small pool is full
@@ -125,14 +142,14 @@ constexpr Rung kLadder[] = {
     Rung::cached,        Rung::stitch_first, Rung::grow,     Rung::fence,
     Rung::stitch_cached, Rung::release,      Rung::any_class, Rung::borrow,
     Rung::stitch_map_rest, Rung::evict,      Rung::compact,  Rung::evict_to_compact,
-    Rung::evict_last_resort, Rung::wait,
+    Rung::evict_last_resort, Rung::wait,     Rung::lend,
 };
 constexpr Rung kLadderInPlace[] = {
     Rung::cached,    Rung::stitch_first,   Rung::grow,          Rung::fence,
     Rung::any_class, Rung::borrow,         Rung::evict_in_place, Rung::stitch_cached,
     Rung::release,   Rung::any_class,      Rung::borrow,        Rung::stitch_map_rest,
     Rung::evict,     Rung::compact,        Rung::evict_to_compact, Rung::evict_last_resort,
-    Rung::wait,
+    Rung::wait,      Rung::lend,
 };
 // Requests routed to a graph pool, and every request while a capture is underway: no
 // synchronization, no unmapping, no eviction (Note [Graph pools] in block.h).
@@ -474,6 +491,13 @@ Engine::Climbed Engine::rung_wait_locked(Climb& c) {
   c.lock->lock();
   c.waited_us += kWaitStepUs;
   return Climbed::kAgain;
+}
+
+Engine::Climbed Engine::rung_lend_locked(Climb& c) {
+  // Note [Lending the small pool's holes]. Only a large request no bigger than a small
+  // segment: a persistent one keeps to its own segments, a small one has the borrow rung.
+  if (c.kind != PoolKind::kLarge || c.rounded > kSmallSegment) return Climbed::kPassed;
+  return found(c, find_cached_locked(c.rounded, c.stream, PoolKind::kSmall, SegmentClass::kAny));
 }
 
 // --- what the rungs use ---

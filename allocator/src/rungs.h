@@ -21,7 +21,8 @@ namespace pyalloc {
   X(compact, "times live storages were moved, then the ladder climbed again")              \
   X(evict_to_compact, "times evictions made room for the compact rung to move what cannot leave, then the ladder climbed again") \
   X(evict_last_resort, "times victims of last resort were evicted (every other rung had failed), then the ladder climbed again") \
-  X(wait, "times a request waited for other threads' evictions, then climbed again")
+  X(wait, "times a request waited for other threads' evictions, then climbed again")       \
+  X(lend, "large requests (at most a small segment) served from a hole of a small-pool segment, every other rung having failed")
 
 enum class Rung : int {
 #define PYALLOC_RUNG_ENUM(name, doc) name,
