@@ -148,6 +148,8 @@ class Worker:
             "step_s": result.step_s,
             "peak_reserved": after["reserved_bytes.all.peak"],
             "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
+            # large requests the ladder's last rung served from small segments' holes
+            "lends_per_step": (after.get("rung.lend", 0) - before.get("rung.lend", 0)) / steps,
             "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
             "ops_per_step": ((reg.ops - ops0) / steps) if reg else 0,
         }
