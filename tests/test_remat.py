@@ -270,6 +270,13 @@ def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
     run_unit("remat_units", "a_buffer_assembled_step_by_step_in_forward_stays_recomputable")
 
 
+def test_a_fill_of_a_parameters_shape_is_remembered_not_a_node():
+    # Adagrad's full_like state made in its constructor was a node that froze; a *_like fill
+    # is a node only once an activation-making op reads or writes it (Note [Fills of a
+    # parameter's shape] in dispatch.cpp), and Adagrad trains bit for bit under recompute.
+    run_unit("remat_units", "a_fill_of_a_parameters_shape_is_remembered_not_a_node")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

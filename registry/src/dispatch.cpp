@@ -171,6 +171,23 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // (Note [Backward nodes] in backward.cpp). Not under a dispatch mode (FakeTensor's), and
 // not for a view (its storage is the input's).
 
+// Note [Fills of a parameter's shape]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `torch.full_like(p, 0.1)` reads a tensor that requires grad, so the forward rule took its
+// result for an activation and made it a node at once. Adagrad makes its state that way in
+// its constructor, with grad mode on: its sums became nodes whose chains followed the
+// optimizer's in-place updates until they froze, so under recompute a pointer-generator
+// trained with Adagrad ran out of memory at 0.3 of its peak with a report that blamed
+// "1.70 MiB in 21 activations [that] can no longer be recomputed" and told the user to drop
+// outputs that were the optimizer's state (tools/user_programs/pointer_generator). A fill's
+// result depends on shapes alone and never requires grad. So a fill that reads no node is
+// remembered as any fill is (Note [Fills a write makes activations] below) and becomes a
+// node only when an op that may make an activation reads or writes it: optimizer state and
+// buffers made by `*_like(parameter)` never do. A fill of an activation's shape
+// (`acc = zeros_like(h)` for `acc += f(h)`) is still a node at once: it is made where the
+// activations are, and a remembered fill that reads a node would hold that node's
+// recording alive for nothing.
+
 // Note [Fills a write makes activations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `out = torch.zeros(...); out[:, :k] = f(x)` — a buffer filled by a factory, then written
@@ -667,8 +684,10 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // See Note [What no_grad derives].
   const bool derives = !grad_mode && task == -1 && !used.empty() && !heard_tangent &&
                        !c10::InferenceMode::is_enabled();
-  const bool creates =
-      replayable && !writes_node && (may_create || derives || derives_plain) && !info.aliases_only;
+  // A fill that reads no node is remembered even when what it reads requires grad
+  // (`full_like(p, 0.1)` reads a parameter's shape): See Note [Fills of a parameter's shape].
+  const bool creates = replayable && !writes_node && !(fills && used.empty()) &&
+                       (may_create || derives || derives_plain) && !info.aliases_only;
   bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
   for (const c10::StorageImpl* key : written_keys)  // what else it writes first

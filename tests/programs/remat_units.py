@@ -1887,6 +1887,48 @@ def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
     assert seen[1 << 10] == seen[16 << 10], seen
 
 
+def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
+    # Note [Fills of a parameter's shape] in registry/src/dispatch.cpp: Adagrad makes its state
+    # with full_like(p, ...) in its constructor, with grad mode on; those sums became nodes
+    # that froze under the optimizer's writes. A *_like fill is remembered now, and a node
+    # only once an op that may make an activation reads or writes it.
+    torch.manual_seed(0)
+    x = torch.randn(256, 256)
+
+    def train(policy):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256))
+        ctx = pyalloc.recompute(min_bytes=0) if policy else contextlib.nullcontext()
+        with ctx as reg:
+            opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
+            sums = [opt.state[p]["sum"] for p in model.parameters()]
+            if reg is not None:
+                assert all(reg.node_of(t) is None for t in sums)
+                h = model[0](x)
+                acc = torch.zeros_like(h)        # read by an op on an activation: a node
+                acc += h
+                assert reg.node_of(acc) is not None
+                assert reg.node_of(torch.ones_like(model[0].weight)) is None
+                del h, acc
+            losses = []
+            for _ in range(3):
+                loss = model(x).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+                if reg is not None:
+                    assert all(reg.node_of(t) is None for t in sums), "optimizer state became a node"
+                    reg.evict(list(reg.nodes))
+                    reg.check_invariants()
+        return torch.stack(losses), [p.detach().clone() for p in model.parameters()]
+
+    want_losses, want_params = train(False)
+    got_losses, got_params = train(True)
+    assert torch.equal(want_losses, got_losses)
+    assert all(torch.equal(a, b) for a, b in zip(want_params, got_params))
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1895,6 +1937,7 @@ if __name__ == "__main__":
           what_a_pass_that_builds_a_graph_keeps_stays_evictable_and_comes_back_bit_for_bit,
           what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit,
           a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit,
+          a_fill_of_a_parameters_shape_is_remembered_not_a_node,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
           what_backward_creates_is_evicted_and_recomputed_bit_for_bit,
