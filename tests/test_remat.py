@@ -271,9 +271,10 @@ def test_a_buffer_assembled_step_by_step_in_forward_stays_recomputable():
 
 
 def test_a_fill_of_a_parameters_shape_is_remembered_not_a_node():
-    # Adagrad's full_like state made in its constructor was a node that froze; a *_like fill
-    # is a node only once an activation-making op reads or writes it (Note [Fills of a
-    # parameter's shape] in dispatch.cpp), and Adagrad trains bit for bit under recompute.
+    # Adagrad's full_like state made in its constructor was a node that froze; under
+    # recompute a *_like fill of a parameter is a node only once an activation-making op reads
+    # or writes it (Note [Fills of a parameter's shape] in dispatch.cpp), and Adagrad trains
+    # bit for bit; under swap and hybrid it stays a node, which can leave as a host copy.
     run_unit("remat_units", "a_fill_of_a_parameters_shape_is_remembered_not_a_node")
 
 

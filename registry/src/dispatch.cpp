@@ -179,14 +179,18 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // optimizer's in-place updates until they froze, so under recompute a pointer-generator
 // trained with Adagrad ran out of memory at 0.3 of its peak with a report that blamed
 // "1.70 MiB in 21 activations [that] can no longer be recomputed" and told the user to drop
-// outputs that were the optimizer's state (tools/user_programs/pointer_generator). A fill's
-// result depends on shapes alone and never requires grad. So a fill that reads no node is
-// remembered as any fill is (Note [Fills a write makes activations] below) and becomes a
-// node only when an op that may make an activation reads or writes it: optimizer state and
-// buffers made by `*_like(parameter)` never do. A fill of an activation's shape
-// (`acc = zeros_like(h)` for `acc += f(h)`) is still a node at once: it is made where the
-// activations are, and a remembered fill that reads a node would hold that node's
-// recording alive for nothing.
+// outputs that were the optimizer's state (tools/user_programs/pointer_generator). Under
+// recompute such a node could never leave: the optimizer's writes end its lineage, and
+// nothing else brings it back. So there a fill that reads no node is remembered as any fill
+// is (Note [Fills a write makes activations] below) and becomes a node only when an op that
+// may make an activation reads or writes it: optimizer state and buffers made by
+// `*_like(parameter)` never do. Under swap and hybrid, and under recompute with a host
+// pool, it stays a node, which can leave as a host copy: a recommender whose Adagrad state
+// is a large part of its memory (tools/user_programs/embedding_bag_sparse) trains at 0.5
+// of its peak under swap and hybrid that way, and ran out of memory when the state could
+// not leave. A fill of an activation's shape (`acc = zeros_like(h)` for `acc += f(h)`) is a
+// node at once under every policy: it is made where the activations are, and a remembered
+// fill that reads a node would hold that node's recording alive for nothing.
 
 // Note [Fills a write makes activations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -684,9 +688,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // See Note [What no_grad derives].
   const bool derives = !grad_mode && task == -1 && !used.empty() && !heard_tangent &&
                        !c10::InferenceMode::is_enabled();
-  // A fill that reads no node is remembered even when what it reads requires grad
-  // (`full_like(p, 0.1)` reads a parameter's shape): See Note [Fills of a parameter's shape].
-  const bool creates = replayable && !writes_node && !(fills && used.empty()) &&
+  // Under recompute without a host pool, a fill that reads no node is remembered even when
+  // what it reads requires grad (`full_like(p, 0.1)` reads a parameter's shape): See Note
+  // [Fills of a parameter's shape].
+  const bool remembered_only = fills && used.empty() && !can_swap_ && !can_relocate_;
+  const bool creates = replayable && !writes_node && !remembered_only &&
                        (may_create || derives || derives_plain) && !info.aliases_only;
   bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;

@@ -1927,6 +1927,12 @@ def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
     got_losses, got_params = train(True)
     assert torch.equal(want_losses, got_losses)
     assert all(torch.equal(a, b) for a, b in zip(want_params, got_params))
+    # Where a node can leave as a host copy, the state is one (it may then leave).
+    for policy in ("swap", "hybrid"):
+        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
+            p = torch.nn.Parameter(torch.randn(256, 256))
+            state = torch.full_like(p, 0.1)
+            assert reg.node_of(state) is not None, policy
 
 
 if __name__ == "__main__":
