@@ -45,8 +45,8 @@ from hypothesis.stateful import (
 )
 
 from memory_patterns import (
-    MiB, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, pattern_bytes, pool_of, regions, round_size,
-    round_up, segment_of, write_pattern,
+    MIN_BLOCK, MiB, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, pattern_bytes, pool_of, regions,
+    round_size, round_up, segment_of, write_pattern,
 )
 from pyalloc import Engine, OutOfMemoryError, _lib
 
@@ -367,7 +367,7 @@ class EngineMachine(RuleBasedStateMachine):
                 if pool_of(block.size) == "small":
                     assert b["size"] == rounded
                 else:   # lent at the end of the ladder (rung.lend): at most a small segment
-                    assert rounded <= b["size"] < rounded + 512 and rounded <= 2 * MiB
+                    assert rounded <= b["size"] < rounded + MIN_BLOCK and rounded <= SMALL_SEGMENT
                     assert stats["rung.lend"] > 0
                     event("a large block lent a small segment's hole was live")
             else:  # a large-pool remainder of at most 1 MiB stays attached; a small request

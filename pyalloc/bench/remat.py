@@ -149,7 +149,7 @@ class Worker:
             "peak_reserved": after["reserved_bytes.all.peak"],
             "evictions_per_step": (after["num_evictions"] - before["num_evictions"]) / steps,
             # large requests the ladder's last rung served from small segments' holes
-            "lends_per_step": (after.get("rung.lend", 0) - before.get("rung.lend", 0)) / steps,
+            "lends_per_step": (after["rung.lend"] - before["rung.lend"]) / steps,
             "recomputes_per_step": ((reg.recomputes - rc0) if reg else 0) / steps,
             "ops_per_step": ((reg.ops - ops0) / steps) if reg else 0,
         }

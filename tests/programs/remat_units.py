@@ -1890,8 +1890,9 @@ def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
 def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
     # Note [Fills of a parameter's shape] in registry/src/dispatch.cpp: Adagrad makes its state
     # with full_like(p, ...) in its constructor, with grad mode on; those sums became nodes
-    # that froze under the optimizer's writes. A *_like fill is remembered now, and a node
-    # only once an op that may make an activation reads or writes it.
+    # that froze under the optimizer's writes. Under recompute without a host pool a fill of
+    # a parameter's shape is remembered now, and a node only once an op that may make an
+    # activation reads or writes it; under swap and hybrid it stays a node that can leave.
     torch.manual_seed(0)
     x = torch.randn(256, 256)
 
