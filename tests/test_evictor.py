@@ -414,6 +414,24 @@ def test_small_evictable_blocks_keep_to_segments_of_their_own(placement):
     reg.close(*stay)
 
 
+def test_what_an_evictable_scope_makes_below_min_evictable_is_placed_as_short_lived():
+    # Note [What an evictable op makes that stays]: a flagged request below min_evictable
+    # can never be a node; placed in the evictable segment it would keep it from emptying.
+    e = Engine("host", budget="64MiB", evictable_placement=True, min_evictable="1KiB")
+    reg = FakeRegistry(e)
+    stay = e.alloc(256 * KiB)
+    with pyalloc.engine.evictable_allocations():
+        reg.add(256 * KiB, cost=1.0, handle=1)
+        tiny = e.alloc(512)                        # a [128] float output of the same op
+        at_the_edge = e.alloc(1 * KiB)             # min_evictable itself: may be a node
+    classes = {b["address"]: s["evictable_class"]
+               for s in e.snapshot()["segments"] if s["segment_type"] == "small"
+               for b in s["blocks"] if b["state"] != "inactive"}
+    assert classes[stay] is False and classes[tiny] is False
+    assert classes[at_the_edge] is True and classes[reg.ptrs[1]] is True
+    reg.close(stay, tiny, at_the_edge)
+
+
 @pytest.mark.parametrize("placement", [True, False])
 def test_a_large_request_is_served_by_evicting_whole_small_segments(placement):
     # The budget holds four small segments; they fill with 256 KiB blocks, half of them

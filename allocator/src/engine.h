@@ -272,7 +272,7 @@ class Engine {
   void* climb(std::size_t size, StreamId stream, Status* status);
   // The class of a request of pool `kind` on this thread now (long-lived phase, the
   // thread's evictable scope).
-  SegmentClass segment_class_locked(PoolKind kind) const;
+  SegmentClass segment_class_locked(PoolKind kind, std::size_t size) const;
   Block* find_cached_locked(std::size_t rounded, StreamId stream, PoolKind kind,
                             SegmentClass cls = SegmentClass::kAny);
   // Whether some segment of `kind` is as large as `rounded` (stitch_cached under window).

@@ -113,6 +113,16 @@ inline int stat_pool(const Segment* s) { return s->pool == PoolKind::kSmall ? kS
 // raises others' (docs/design.md). Classes of the large pool (Coop's cheap and expensive
 // ends) were tried as cutting evictable blocks from the high end of the free block best
 // fit chose: the CNN's and the transformer's least budgets did not move (0.30, 0.26-0.27).
+//
+// Note [What an evictable op makes that stays]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The registry's flag covers the whole op, but not all it allocates becomes a node: an
+// output below min_evictable never does (a per-timestep [B] vector of an unrolled decoder,
+// the small second output of an op whose first is a node). Placed as evictable, such blocks
+// stayed in the evictable segments and kept every one of them from emptying: a
+// pointer-generator summariser at 0.34 of its peak failed a 733 KiB request with 4.4 MiB
+// evictable, two segments 85% evictable and the rest of each about sixty 512 B blocks that
+// no policy evicts. So a flagged request below min_evictable is placed as short-lived.
 
 // Which small segments a request may use (Notes [Lifetime classes], [Evictable
 // placement]). kAny: every segment (no classes apply).

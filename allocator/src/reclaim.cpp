@@ -182,12 +182,14 @@ bool Engine::set_thread_evictable(bool evictable) {
 }
 void Engine::set_thread_placement(std::uintptr_t addr) { t_placement = addr; }
 
-SegmentClass Engine::segment_class_locked(PoolKind kind) const {
+SegmentClass Engine::segment_class_locked(PoolKind kind, std::size_t size) const {
   if (kind != PoolKind::kSmall) return SegmentClass::kAny;
   if (long_lived_ && options_.lifetime_classes) return SegmentClass::kLongLived;
   // Evictable classes exist only where something evicts.
   if (!evict_callback_ || !options_.evictable_placement) return SegmentClass::kAny;
-  return t_evictable ? SegmentClass::kEvictable : SegmentClass::kShortLived;
+  // See Note [What an evictable op makes that stays].
+  return t_evictable && size >= options_.min_evictable ? SegmentClass::kEvictable
+                                                       : SegmentClass::kShortLived;
 }
 
 Status Engine::malloc(std::size_t size, StreamId stream, void** out) {
@@ -213,7 +215,7 @@ void* Engine::climb(std::size_t size, StreamId stream, Status* status) {
   };
   if (size > kMaxRequest || rounded > budget_) return fail();
   const PoolKind kind = t_persistent ? PoolKind::kPersistent : pool_for(rounded);
-  Climb c{size, rounded, stream, kind, segment_class_locked(kind), &lock, status};
+  Climb c{size, rounded, stream, kind, segment_class_locked(kind, size), &lock, status};
   for (;; ++c.round) {
     c.fenced = false;
     c.block = nullptr;
