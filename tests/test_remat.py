@@ -278,6 +278,13 @@ def test_a_fill_of_a_parameters_shape_is_remembered_not_a_node():
     run_unit("remat_units", "a_fill_of_a_parameters_shape_is_remembered_not_a_node")
 
 
+def test_what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit():
+    # RReLU's activation, returned by the op that writes its noise buffer (a node), was no
+    # node and stayed resident; now it is recorded from the same op and replays bit for bit
+    # under all three policies (Note [Fresh results beside a write] in dispatch.cpp).
+    run_unit("remat_units", "what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit")
+
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

@@ -1936,6 +1936,49 @@ def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
             assert reg.node_of(state) is not None, policy
 
 
+def what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit() -> None:
+    # Note [Fresh results beside a write] in registry/src/dispatch.cpp: RReLU in training
+    # mode writes its noise into a buffer (a node) and returns the activation, which was no
+    # node and stayed. Now it is one, recorded from the same op: evicted, it comes back from
+    # the noise buffer's version before the write, with the op's random state, bit for bit;
+    # the noise buffer itself is not written again by that replay.
+    x = torch.randn(128, 64)
+
+    def train(policy):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.RReLU(), torch.nn.Linear(128, 128),
+                                    torch.nn.RReLU(), torch.nn.Linear(128, 8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        pool = None if policy == "recompute" else 64 << 20
+        ctx = pyalloc.recompute(min_bytes=0, policy=policy, host_pool=pool) if policy else contextlib.nullcontext()
+        losses = []
+        with ctx as reg:
+            for _ in range(3):
+                h = model[1](model[0](x))
+                if reg is not None:
+                    node = reg.node_of(h)
+                    assert node is not None and node.op.startswith("aten::rrelu_with_noise"), node.op
+                    reg.evict(list(reg.nodes))          # the activation and its noise leave
+                    reg.check_invariants()
+                loss = model[4](model[3](model[2](h))).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+                if reg is not None:
+                    reg.evict(list(reg.nodes))
+                    reg.check_invariants()
+            if reg is not None:
+                assert reg.recomputes > 0 or policy != "recompute", reg.stats()
+        return torch.stack(losses), [p.detach().clone() for p in model.parameters()]
+
+    want_losses, want_params = train(None)
+    for policy in ("recompute", "swap", "hybrid"):
+        got_losses, got_params = train(policy)
+        assert torch.equal(want_losses, got_losses), policy
+        assert all(torch.equal(a, b) for a, b in zip(want_params, got_params)), policy
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1945,6 +1988,7 @@ if __name__ == "__main__":
           what_a_reentrant_checkpoint_hands_back_stays_a_node_and_comes_back_bit_for_bit,
           a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit,
           a_fill_of_a_parameters_shape_is_remembered_not_a_node,
+          what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
           what_backward_creates_is_evicted_and_recomputed_bit_for_bit,
