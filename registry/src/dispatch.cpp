@@ -692,8 +692,11 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // what it reads requires grad (`full_like(p, 0.1)` reads a parameter's shape): See Note
   // [Fills of a parameter's shape].
   const bool remembered_only = fills && used.empty() && !can_swap_ && !can_relocate_;
-  const bool creates = replayable && !writes_node && !remembered_only &&
-                       (may_create || derives || derives_plain) && !info.aliases_only;
+  // Whether what the op returns may become nodes: when it writes no node, or, once the
+  // write is known to extend a chain, beside that write (creates_beside, below).
+  const bool makes_results = replayable && !remembered_only &&
+                             (may_create || derives || derives_plain) && !info.aliases_only;
+  const bool creates = makes_results && !writes_node;
   bool extends = writes_node && !parameter_written && extends_chain_locked(targets, replayable);
   const c10::StorageImpl* chained = extends ? targets.front()->key : nullptr;
   for (const c10::StorageImpl* key : written_keys)  // what else it writes first
@@ -704,8 +707,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // What else the op returns, beside a write that extends a chain, is recorded from the
   // same recording: See Note [Fresh results beside a write].
-  const bool creates_beside = extends && replayable && !remembered_only &&
-                              (may_create || derives || derives_plain) && !info.aliases_only;
+  const bool creates_beside = makes_results && extends;
   const bool remembers = fills && !creates && !writes_node;
   if (creates || extends || remembers) {
     pending.emplace();
