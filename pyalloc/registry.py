@@ -62,6 +62,7 @@ POLICIES = ("recompute", "swap", "hybrid")
 _COSTS = ("model", "time", "bytes")
 # Registry.stats()'s counters (docs/stats.md, "remat.*"), also readable as attributes.
 _COUNTERS = ("ops", "evictions", "eager_evictions", "recomputes", "recompute_ns", "frozen",
+             "leaf_copies", "leaf_copy_bytes",
              "relocations", "backward_threads", "swap_outs", "swap_out_bytes", "swap_ins",
              "swap_in_bytes", "swap_wait_ns", "swap_fallbacks", "swap_failures", "prefetches",
              "prefetch_hits", "prefetch_ready", "chose_swap", "chose_recompute")

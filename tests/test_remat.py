@@ -285,6 +285,14 @@ def test_what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit(
     run_unit("remat_units", "what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit")
 
 
+def test_a_graph_held_across_an_optimizer_step_stays_evictable_and_comes_back_bit_for_bit():
+    # Activations the program holds across opt.step() (a retained graph, the last step's
+    # features read by the next loss) were restored and frozen at the first write to their
+    # weights; now their recordings read a copy of the weights, and they leave and come
+    # back bit for bit under all three policies. A reader lighter than twice the weight is
+    # frozen as before (Note [A written leaf's readers keep a copy] in writes.cpp).
+    run_unit("remat_units", "a_graph_held_across_an_optimizer_step_stays_evictable_and_comes_back_bit_for_bit")
+
 def test_a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit():
     # out = torch.zeros(...); out[:, :k] = h: the buffer becomes a node (zeros, then the
     # write); parameters and statistics made by fills stay plain. See Note [Fills a write

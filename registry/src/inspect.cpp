@@ -136,12 +136,13 @@ std::string Registry::stats_json() {
       buf, sizeof buf,
       "{\"ops\":%" PRId64 ",\"evictions\":%" PRId64 ",\"eager_evictions\":%" PRId64
       ",\"recomputes\":%" PRId64 ",\"recompute_ns\":%" PRId64 ",\"frozen\":%" PRId64
+      ",\"leaf_copies\":%" PRId64 ",\"leaf_copy_bytes\":%" PRId64
       ",\"relocations\":%" PRId64 ",\"nodes\":%zu,\"resident_nodes\":%" PRId64
       ",\"evicted_bytes\":%" PRId64 ",\"backward_threads\":%" PRId64
       ",\"backward_nodes\":%" PRId64 ",\"backward_kept\":%" PRId64,
       c.ops, c.evictions, c.eager_evictions, c.recomputes, c.recompute_ns, c.frozen,
-      c.relocations, nodes_.size(), resident, evicted_bytes, c.backward_threads,
-      c.backward_nodes, c.backward_kept);
+      c.leaf_copies, c.leaf_copy_bytes, c.relocations, nodes_.size(), resident, evicted_bytes,
+      c.backward_threads, c.backward_nodes, c.backward_kept);
   std::string out(buf, static_cast<std::size_t>(n));
   if (can_relocate_) {
     n = std::snprintf(

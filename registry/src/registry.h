@@ -97,6 +97,8 @@ struct Counters {
   std::int64_t recomputes = 0;
   std::int64_t recompute_ns = 0;
   std::int64_t frozen = 0;
+  std::int64_t leaf_copies = 0;       // written leaves whose readers kept a copy instead of freezing
+  std::int64_t leaf_copy_bytes = 0;
   std::int64_t relocations = 0;      // storages moved device to device (compaction)
   std::int64_t swap_outs = 0;
   std::int64_t swap_out_bytes = 0;
@@ -404,7 +406,15 @@ class Registry {
   // node's chain (See Note [Readers of an earlier version] in writes.cpp).
   void invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool keep = false);
   // The same for a storage that is no node (a parameter, an input): its leaf readers.
-  void invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key);
+  // `may_copy`: a write by an op, after which the storage keeps its place and size; its
+  // readers may keep a copy of what it holds now instead (Note [A written leaf's readers
+  // keep a copy] in writes.cpp).
+  void invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, bool may_copy = false);
+  // Note [A written leaf's readers keep a copy]: true when `key`'s readers now read a copy.
+  bool copy_leaf_for_readers_locked(Lock& lock, const c10::StorageImpl* key);
+  // The bytes of `readers` (a leaf's) that the program still holds, with lineage, and of
+  // the live nodes recorded directly from the dead ones.
+  std::size_t live_reader_bytes_locked(c10::ArrayRef<Handle> readers);
   // What `readers` (handles) were recorded from is about to change or be lost: each is
   // forgotten, or has its live dependents frozen, or is restored and frozen. On an error,
   // the ones not settled are passed to `put_back` and the error is rethrown.

@@ -3,6 +3,8 @@
 #include "registry.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 
 namespace pyalloc::registry {
 // --- writes ----------------------------------------------------------------------------------
@@ -36,7 +38,7 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
     node->readers.clear();
     node->stale_readers = false;
   } else {
-    return invalidate_leaf_readers(lock, key);
+    return invalidate_leaf_readers(lock, key, /*may_copy=*/true);
   }
   // See Note [A written node keeps its chain while its readers settle].
   Settling settling(*this, node->handle);
@@ -52,8 +54,11 @@ void Registry::invalidate_readers(Lock& lock, const c10::StorageImpl* key, bool 
   });
 }
 
-void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key) {
+void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, bool may_copy) {
   auto it = leaf_readers_.find(key);
+  if (it == leaf_readers_.end()) return;
+  if (may_copy && copy_leaf_for_readers_locked(lock, key)) return;
+  it = leaf_readers_.find(key);  // the copy's attempt may have let go of the lock
   if (it == leaf_readers_.end()) return;
   c10::SmallVector<Handle, 4> readers(it->second.begin(), it->second.end());
   leaf_readers_.erase(it);
@@ -63,6 +68,187 @@ void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key) 
     auto& leaf = leaf_readers_[key];
     leaf.insert(leaf.end(), rest.begin(), rest.end());
   });
+}
+
+// Note [A written leaf's readers keep a copy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A storage that is no node (a parameter, an input) is about to be written by an op, and
+// ops recorded from its contents are still needed: settling them restores and freezes
+// them, so they stay resident for as long as the program holds them. Where the program
+// holds a whole graph across an optimizer step — PCGrad's per-task `autograd.grad(...,
+// retain_graph=True)`, a last step's `loss` and `logits` alive in their variables until the
+// next forward replaces them, Transformer-XL's memory of the last segment — that is most
+// of its activations: tools/user_programs/pcgrad ran out of memory under recompute at 0.4
+// of its peak with 28 MiB of its 46 MiB budget in eight frozen activations, and nothing
+// evictable. So where the live readers (what the program holds that was recorded from the
+// storage) weigh at least twice the storage, the readers keep a copy of it instead: the storage's bytes are copied (a storage of the
+// registry's own, on the same device, allocated quietly: if the budget cannot hold it, the
+// readers settle as before), every recording of theirs that took a tensor on it takes the
+// same view of the copy, and the copy becomes their leaf. Nothing is restored or frozen;
+// the copy lives as long as one of those recordings does (the program then drops the old
+// graph, and the copy goes with it), and the write goes ahead on the program's storage.
+// A copy costs the storage's bytes for that long, where freezing costs the readers' bytes
+// resident for as long: hence twice, the rule of Note [What plain inputs derive] in
+// dispatch.cpp. A dead reader counts the live nodes recorded from it directly (a batch
+// norm's output, dead since the ReLU after it keeps its own result: settling it freezes the
+// ReLU's), and no further: after a plain `loss.backward()` every layer's dead activation is
+// lineage of the logits the program still holds, and counting the logits at each layer's
+// write would copy every weight of the model to keep one tensor evictable. (The first
+// layer's weight is written first: its settling freezes the logits, as plain PyTorch holds
+// them, and later writes find no live reader.) Only for a write by an op, which leaves the storage where it is: a rebind
+// (`set_`, Module._apply) or a resize outside the dispatcher settles as before. A sparse
+// tensor's parts, which a recording holds inside a sparse tensor of its own, settle too.
+std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers) {
+  std::size_t bytes = 0;
+  c10::SmallVector<Handle, 8> counted;
+  const auto live = [&](const Node* node) {
+    return node && !node->frozen && node->lineage() && !node->dead && !node->weak.expired();
+  };
+  const auto count = [&](const Node* node) {
+    if (std::find(counted.begin(), counted.end(), node->handle) != counted.end()) return;
+    counted.push_back(node->handle);
+    bytes += node->nbytes;
+  };
+  for (Handle h : readers) {
+    const Node* reader = find_locked(h);
+    if (!reader || reader->frozen || !reader->lineage()) continue;
+    if (live(reader)) {
+      count(reader);
+      continue;
+    }
+    // Dead: settling it freezes what was made from it, one op on (a batch norm's output,
+    // which the ReLU after it does not keep).
+    for (Handle r : reader->readers)
+      if (const Node* next = find_locked(r); live(next)) count(next);
+  }
+  return bytes;
+}
+
+namespace {
+// `v` (a recorded argument) with every tensor on `from` replaced by the same view of `to`
+// (`changed` set where one was).
+c10::IValue repointed(const c10::IValue& v, const c10::StorageImpl* from,
+                      const c10::intrusive_ptr<c10::StorageImpl>& to, bool* changed) {
+  const auto moved = [&](const at::Tensor& t) -> std::optional<at::Tensor> {
+    if (!t.defined() || storage_of(t) != from) return std::nullopt;
+    at::Tensor view = tensor_on(to, t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
+    view.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+    view.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+    *changed = true;
+    return view;
+  };
+  if (v.isTensor()) {
+    if (auto t = moved(v.toTensor())) return *t;
+  } else if (v.isTensorList()) {
+    c10::List<at::Tensor> list = v.toTensorList();
+    bool any = false;
+    for (const at::Tensor& t : list) any = any || (t.defined() && storage_of(t) == from);
+    if (any) {
+      list = list.copy();  // shared with the recording's other readers' stacks
+      for (std::size_t j = 0; j < list.size(); ++j)
+        if (auto t = moved(list.get(j))) list.set(j, *t);
+      return list;
+    }
+  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    c10::impl::GenericList list = v.toList();
+    bool any = false;
+    for (const c10::IValue& e : list)
+      any = any || (e.isTensor() && e.toTensor().defined() && storage_of(e.toTensor()) == from);
+    if (any) {
+      list = list.copy();
+      for (std::size_t j = 0; j < list.size(); ++j) {
+        const c10::IValue e = list.get(j);
+        if (!e.isTensor()) continue;
+        if (auto t = moved(e.toTensor())) list.set(j, *t);
+      }
+      return list;
+    }
+  }
+  return v;
+}
+
+// Whether `v` holds a sparse tensor with a part on `key`.
+bool sparse_part_on(const c10::IValue& v, const c10::StorageImpl* key) {
+  bool found = false;
+  const auto look = [&](const at::Tensor& t) {
+    if (t.defined())
+      for_each_sparse_part(t, [&](const at::TensorBase& part) { found = found || storage_of(part) == key; });
+  };
+  if (v.isTensor()) {
+    look(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) look(t);
+  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) look(e.toTensor());
+  }
+  return found;
+}
+}  // namespace
+
+bool Registry::copy_leaf_for_readers_locked(Lock& lock, const c10::StorageImpl* key) {
+  static const bool disabled = std::getenv("PYALLOC_NO_LEAF_COPIES") != nullptr;
+  if (disabled) return false;
+  auto it = leaf_readers_.find(key);
+  if (it == leaf_readers_.end()) return false;
+  auto* storage = const_cast<c10::StorageImpl*>(key);
+  const std::size_t nbytes = storage->nbytes();
+  if (nbytes == 0 || storage->device_type() != settings_.device_type || !data_of(storage) ||
+      !storage->allocator())
+    return false;
+  {
+    const c10::SmallVector<Handle, 8> readers(it->second.begin(), it->second.end());
+    if (live_reader_bytes_locked(readers) < 2 * nbytes) return false;
+    for (Handle h : readers)
+      if (const Node* reader = find_locked(h))
+        for (const Step& step : reader->steps)
+          for (const c10::IValue& v : step.rec->args)
+            if (sparse_part_on(v, key)) return false;
+  }
+  // The copy, with the lock let go (an allocation and an op: Note [Calling out] in
+  // reclaim.cpp). The program's storage is held meanwhile; the write waits for this.
+  const auto source = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage);
+  c10::intrusive_ptr<c10::StorageImpl> copy;
+  {
+    Unlocked unlocked(lock);
+    try {
+      c10::DataPtr data;
+      {
+        TentativeScope quiet;  // a copy the budget cannot hold: the readers settle instead
+        data = source->allocator()->allocate(nbytes);
+      }
+      copy = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                   std::move(data), source->allocator(),
+                                                   /*resizable=*/false);
+      OwnOpGuard guard;
+      copy_bytes(copy, source, nbytes);
+    } catch (const c10::OutOfMemoryError&) {
+      copy.reset();
+    }
+  }
+  if (!copy) return false;
+  it = leaf_readers_.find(key);
+  if (it == leaf_readers_.end()) return true;  // every reader went meanwhile: nothing to keep
+  std::vector<Handle> readers = std::move(it->second);
+  leaf_readers_.erase(it);
+  for (Handle h : readers) {
+    Node* reader = find_locked(h);
+    if (!reader) continue;
+    for (const Step& step : reader->steps) {
+      // The recording is shared by every node its op made, and read only under the lock.
+      auto& args = const_cast<Recording&>(*step.rec).args;
+      for (c10::IValue& v : args) {
+        bool changed = false;
+        c10::IValue moved = repointed(v, key, copy, &changed);
+        if (changed) v = std::move(moved);
+      }
+    }
+  }
+  auto& now = leaf_readers_[copy.get()];
+  now.insert(now.end(), readers.begin(), readers.end());
+  ++counters_.leaf_copies;
+  counters_.leaf_copy_bytes += static_cast<std::int64_t>(nbytes);
+  return true;
 }
 
 // Note [A written node keeps its chain while its readers settle]

@@ -89,13 +89,20 @@ def a_batch_norm_applied_twice_keeps_both_outputs_recomputable() -> None:
         stats = (bn.running_mean.clone(), bn.running_var.clone())
         (y1.sum() + y2.sum()).backward()  # the replay updated copies, never the module's
         assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.running_var, stats[1])
-        # In inference mode a batch norm reads them: a later update settles what it made.
+        # In inference mode a batch norm reads them: a later update must not change what
+        # it made. The statistics are far lighter than z, so z's lineage keeps a copy of
+        # them (Note [A written leaf's readers keep a copy] in registry/src/writes.cpp).
         bn.eval()
-        z = bn(x1.detach()) * 2
+        z_in = bn(x1.detach())
+        z = z_in * 2
         want_z = z.clone()
+        copies = reg.leaf_copies
         bn.train()
         bn(x2.detach())
-        assert reg.node_of(z).frozen and torch.equal(z, want_z)
+        assert not reg.node_of(z_in).frozen and reg.leaf_copies == copies + 2  # mean and var
+        reg.evict(list(reg.nodes))
+        assert reg.node_of(z).evicted and reg.node_of(z_in).evicted
+        assert torch.equal(z, want_z)
 
 
 def what_autograd_saves_of_an_in_place_op_is_a_node_and_comes_back_bit_for_bit() -> None:
@@ -1979,6 +1986,79 @@ def what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit() -> 
         assert all(torch.equal(a, b) for a, b in zip(want_params, got_params)), policy
 
 
+def a_graph_held_across_an_optimizer_step_stays_evictable_and_comes_back_bit_for_bit() -> None:
+    # Note [A written leaf's readers keep a copy] in registry/src/writes.cpp: the last step's
+    # features, alive across opt.step() (PCGrad's retained graphs, a loss kept in its
+    # variable), were restored and frozen at the step's first write to the weights they
+    # were made from. Now their recordings read a copy of those weights: they stay
+    # evictable and come back bit for bit, and the next step reads them (a consistency term
+    # to the last step's features).
+    torch.manual_seed(0)
+    x = torch.randn(6, 1024, 128)  # each activation at least twice its layer's weight
+
+    def train(policy):
+        torch.manual_seed(1)
+        trunk = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 256))
+        head = torch.nn.Linear(256, 4)
+        opt = torch.optim.Adam([*trunk.parameters(), *head.parameters()], lr=1e-2)
+        pool = None if policy == "recompute" else 64 << 20
+        ctx = pyalloc.recompute(min_bytes=0, policy=policy, host_pool=pool) if policy else contextlib.nullcontext()
+        losses, prev = [], None
+        with ctx as reg:
+            for step in range(len(x)):
+                feat = trunk(x[step])
+                loss = head(feat).square().mean()
+                if prev is not None:
+                    loss = loss + (feat - prev.detach()).square().mean()
+                opt.zero_grad()
+                loss.backward(retain_graph=True)   # the graph outlives the step
+                copies = reg.leaf_copies if reg is not None else 0
+                opt.step()
+                losses.append(loss.detach())
+                if reg is not None:
+                    node = reg.node_of(feat)
+                    assert not node.frozen, "the optimizer's write froze the held features"
+                    assert reg.leaf_copies > copies, reg.stats()
+                    reg.evict(list(reg.nodes))
+                    reg.check_invariants()
+                    if policy == "recompute":
+                        assert reg.node_of(feat).evicted
+                prev = feat
+        return torch.stack(losses), [p.detach().clone() for p in [*trunk.parameters(), *head.parameters()]]
+
+    want_losses, want_params = train(None)
+    for policy in ("recompute", "swap", "hybrid"):
+        got_losses, got_params = train(policy)
+        assert torch.equal(want_losses, got_losses), policy
+        assert all(torch.equal(a, b) for a, b in zip(want_params, got_params)), policy
+
+    # A reader lighter than twice what it read is settled as before: kept resident, frozen.
+    with pyalloc.recompute(min_bytes=0) as reg:
+        lin = torch.nn.Linear(1024, 1024)
+        y = lin(torch.randn(2, 1024)) * 2
+        want = y.detach().clone()
+        copies = reg.leaf_copies
+        with torch.no_grad():
+            lin.weight.add_(1)
+        assert reg.leaf_copies == copies and reg.node_of(y).frozen
+        assert torch.equal(y, want)
+
+    # Logits held across a plain backward and the step: every layer's activation is dead
+    # lineage of them, and no weight is copied to keep them evictable (the first layer's
+    # write freezes them, as plain PyTorch holds them).
+    with pyalloc.recompute(min_bytes=0) as reg:
+        mlp = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
+                                    for _ in range(6)], torch.nn.Linear(64, 2048))
+        opt = torch.optim.SGD(mlp.parameters(), lr=0.1)
+        logits = mlp(torch.randn(512, 64))
+        want = logits.detach().clone()
+        logits.logsumexp(-1).mean().backward()
+        copies = reg.leaf_copies
+        opt.step()
+        assert reg.leaf_copies == copies, reg.stats()
+        assert reg.node_of(logits).frozen and torch.equal(logits, want)
+
+
 if __name__ == "__main__":
     main([random_ops_replay_bit_for_bit,
           readers_of_an_earlier_version_stay_recomputable,
@@ -1989,6 +2069,7 @@ if __name__ == "__main__":
           a_fill_written_with_activations_is_a_node_and_comes_back_bit_for_bit,
           a_fill_of_a_parameters_shape_is_remembered_not_a_node,
           what_an_op_returns_beside_a_write_is_a_node_and_comes_back_bit_for_bit,
+          a_graph_held_across_an_optimizer_step_stays_evictable_and_comes_back_bit_for_bit,
           gradients_summed_in_place_replay_bit_for_bit_and_leave_nothing_behind,
           parameters_inputs_and_gradients_are_never_evicted,
           what_backward_creates_is_evicted_and_recomputed_bit_for_bit,

@@ -37,7 +37,8 @@ def report(policy, modules, losses):
         import pyalloc
         s = pyalloc.memory_stats()
         print("peak", s["reserved_bytes.all.peak"], "evictions", s.get("remat.evictions", 0),
-              "recomputes", s.get("remat.recomputes", 0), "swap_outs", s.get("remat.swap_outs", 0))
+              "recomputes", s.get("remat.recomputes", 0), "swap_outs", s.get("remat.swap_outs", 0),
+              "leaf_copies", s.get("remat.leaf_copies", 0))
         import gc
         gc.collect()
         s = pyalloc.memory_stats()
