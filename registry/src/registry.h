@@ -412,9 +412,11 @@ class Registry {
   void invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, bool may_copy = false);
   // Note [A written leaf's readers keep a copy]: true when `key`'s readers now read a copy.
   bool copy_leaf_for_readers_locked(Lock& lock, const c10::StorageImpl* key);
-  // The bytes of `readers` (a leaf's) that the program still holds, with lineage, and of
-  // the live nodes recorded directly from the dead ones.
-  std::size_t live_reader_bytes_locked(c10::ArrayRef<Handle> readers);
+  // The bytes of `readers` (of `written`, a leaf) that the program still holds, with
+  // lineage, and of the live nodes recorded directly from the dead ones, each less the plain
+  // tensors its recordings hold.
+  std::size_t live_reader_bytes_locked(c10::ArrayRef<Handle> readers,
+                                       const c10::StorageImpl* written);
   // What `readers` (handles) were recorded from is about to change or be lost: each is
   // forgotten, or has its live dependents frozen, or is restored and frozen. On an error,
   // the ones not settled are passed to `put_back` and the error is rethrown.

@@ -72,21 +72,21 @@ void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, 
 
 // Note [A written leaf's readers keep a copy]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A storage that is no node (a parameter, an input) is about to be written by an op, and
-// ops recorded from its contents are still needed: settling them restores and freezes
-// them, so they stay resident for as long as the program holds them. Where the program
-// holds a whole graph across an optimizer step — PCGrad's per-task `autograd.grad(...,
-// retain_graph=True)`, a last step's `loss` and `logits` alive in their variables until the
-// next forward replaces them, Transformer-XL's memory of the last segment — that is most
-// of its activations: tools/user_programs/pcgrad ran out of memory under recompute at 0.4
-// of its peak with 28 MiB of its 46 MiB budget in eight frozen activations, and nothing
-// evictable. So where the live readers (what the program holds that was recorded from the
-// storage) weigh at least twice the storage, the readers keep a copy of it instead: the storage's bytes are copied (a storage of the
-// registry's own, on the same device, allocated quietly: if the budget cannot hold it, the
-// readers settle as before), every recording of theirs that took a tensor on it takes the
-// same view of the copy, and the copy becomes their leaf. Nothing is restored or frozen;
-// the copy lives as long as one of those recordings does (the program then drops the old
-// graph, and the copy goes with it), and the write goes ahead on the program's storage.
+// A storage that is no node (a parameter, an input, a buffer) is about to be written by an
+// op, and ops recorded from its contents are still needed: settling them restores and
+// freezes them, so they stay resident for as long as the program holds them. Where the
+// program holds a whole graph across an optimizer step (PCGrad's per-task
+// `autograd.grad(..., retain_graph=True)`, kept in its variables until the next forward
+// replaces them; Transformer-XL's memory of the last segment) that is most of its
+// activations: tools/user_programs/pcgrad ran out of memory under recompute at 0.4 of its
+// peak with 28 MiB of its 46 MiB budget in eight frozen activations, and nothing evictable.
+// So where the live readers weigh at least twice the storage, they keep a copy of it
+// instead: the storage's bytes are copied into a storage of the registry's own on the same
+// device (allocated quietly: where the budget cannot hold it, the readers settle as
+// before), every recording of theirs that took a tensor on it takes the same view of the
+// copy, and the copy becomes their leaf. Nothing is restored or frozen; the copy lives as
+// long as one of those recordings does (the program drops the old graph, and the copy goes
+// with it), and the write goes ahead on the program's storage.
 // A copy costs the storage's bytes for that long, where freezing costs the readers' bytes
 // resident for as long: hence twice, the rule of Note [What plain inputs derive] in
 // dispatch.cpp. A dead reader counts the live nodes recorded from it directly (a batch
@@ -95,19 +95,46 @@ void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, 
 // lineage of the logits the program still holds, and counting the logits at each layer's
 // write would copy every weight of the model to keep one tensor evictable. (The first
 // layer's weight is written first: its settling freezes the logits, as plain PyTorch holds
-// them, and later writes find no live reader.) Only for a write by an op, which leaves the storage where it is: a rebind
-// (`set_`, Module._apply) or a resize outside the dispatcher settles as before. A sparse
-// tensor's parts, which a recording holds inside a sparse tensor of its own, settle too.
-std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers) {
+// them, and later writes find no live reader.) And a reader counts its bytes less the plain
+// tensors its own recording holds: frozen, it lets them go, and kept recomputable it keeps
+// them. A distillation loss `mse_loss(proj(s_feat), t_feat)` kept by the program across the
+// step holds the teacher's 2 MiB feature, which the next forward replaces: counted whole,
+// it had the projection's weight copied, the old feature stayed through the next step, and
+// tools/user_programs/distill_hooks' least budget went from 0.38 of its peak to 0.42. Only for a write by an op, which leaves the
+// storage where it is: a rebind (`set_`, Module._apply) or a resize outside the dispatcher
+// settles as before. So do a sparse tensor's parts, which a recording holds inside a
+// sparse tensor of its own.
+std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers,
+                                               const c10::StorageImpl* written) {
   std::size_t bytes = 0;
   c10::SmallVector<Handle, 8> counted;
   const auto live = [&](const Node* node) {
     return node && !node->frozen && node->lineage() && !node->dead && !node->weak.expired();
   };
+  // What kept recomputable frees: the node's bytes, less the plain tensors its own
+  // recordings hold (settled, they would go with them when the program drops them).
   const auto count = [&](const Node* node) {
     if (std::find(counted.begin(), counted.end(), node->handle) != counted.end()) return;
     counted.push_back(node->handle);
-    bytes += node->nbytes;
+    c10::SmallVector<const c10::StorageImpl*, 4> plain;
+    std::size_t held = 0;
+    const auto hold = [&](const at::Tensor& t) {
+      const c10::StorageImpl* key = t.defined() ? storage_of(t) : nullptr;
+      if (!key || key == written || by_key_locked(key) || parameter_storage_locked(key) ||
+          std::find(plain.begin(), plain.end(), key) != plain.end())
+        return;
+      plain.push_back(key);
+      held += key->nbytes();
+    };
+    for (const Step& step : node->steps)
+      for (const c10::IValue& v : step.rec->args) {
+        if (v.isTensor()) {
+          hold(v.toTensor());
+        } else if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList()) hold(t);
+        }
+      }
+    if (node->nbytes > held) bytes += node->nbytes - held;
   };
   for (Handle h : readers) {
     const Node* reader = find_locked(h);
@@ -198,7 +225,7 @@ bool Registry::copy_leaf_for_readers_locked(Lock& lock, const c10::StorageImpl* 
     return false;
   {
     const c10::SmallVector<Handle, 8> readers(it->second.begin(), it->second.end());
-    if (live_reader_bytes_locked(readers) < 2 * nbytes) return false;
+    if (live_reader_bytes_locked(readers, key) < 2 * nbytes) return false;
     for (Handle h : readers)
       if (const Node* reader = find_locked(h))
         for (const Step& step : reader->steps)
