@@ -277,19 +277,6 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // from the generator's state. A later write of the argument still settles the op's
 // readers (leaf_readers_), which is conservative now.
 
-// Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
-template <typename Fn>
-void for_each_tensor(const c10::IValue& v, Fn&& fn) {
-  if (v.isTensor()) {
-    fn(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) fn(t);
-  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (e.isTensor()) fn(e.toTensor());
-  }
-}
-
 // The generator a random op draws from: its `generator` argument, else the default one of
 // its device.
 at::Generator generator_of(c10::ArrayRef<c10::IValue> args, c10::Device device) {

@@ -95,6 +95,19 @@ bool for_each_sparse_part(const at::TensorBase& t, F&& f) {
   }
 }
 
+// Calls fn(tensor) for each tensor in argument `v` (a tensor, a tensor list, a Tensor?[]).
+template <typename Fn>
+void for_each_tensor(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor()) fn(e.toTensor());
+  }
+}
+
 // Note [Reads of evicted memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An evicted storage has no data: its pointer is null and its size 0, while every tensor on

@@ -127,13 +127,7 @@ std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers,
       held += key->nbytes();
     };
     for (const Step& step : node->steps)
-      for (const c10::IValue& v : step.rec->args) {
-        if (v.isTensor()) {
-          hold(v.toTensor());
-        } else if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList()) hold(t);
-        }
-      }
+      for (const c10::IValue& v : step.rec->args) for_each_tensor(v, hold);
     if (node->nbytes > held) bytes += node->nbytes - held;
   };
   for (Handle h : readers) {
@@ -197,18 +191,10 @@ c10::IValue repointed(const c10::IValue& v, const c10::StorageImpl* from,
 // Whether `v` holds a sparse tensor with a part on `key`.
 bool sparse_part_on(const c10::IValue& v, const c10::StorageImpl* key) {
   bool found = false;
-  const auto look = [&](const at::Tensor& t) {
+  for_each_tensor(v, [&](const at::Tensor& t) {
     if (t.defined())
       for_each_sparse_part(t, [&](const at::TensorBase& part) { found = found || storage_of(part) == key; });
-  };
-  if (v.isTensor()) {
-    look(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) look(t);
-  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (e.isTensor()) look(e.toTensor());
-  }
+  });
   return found;
 }
 }  // namespace
