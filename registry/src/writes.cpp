@@ -100,10 +100,11 @@ void Registry::invalidate_leaf_readers(Lock& lock, const c10::StorageImpl* key, 
 // them. A distillation loss `mse_loss(proj(s_feat), t_feat)` kept by the program across the
 // step holds the teacher's 2 MiB feature, which the next forward replaces: counted whole,
 // it had the projection's weight copied, the old feature stayed through the next step, and
-// tools/user_programs/distill_hooks' least budget went from 0.38 of its peak to 0.42. Only for a write by an op, which leaves the
-// storage where it is: a rebind (`set_`, Module._apply) or a resize outside the dispatcher
-// settles as before. So do a sparse tensor's parts, which a recording holds inside a
-// sparse tensor of its own.
+// tools/user_programs/distill_hooks' least budget went from 0.38 of its peak to 0.42.
+// Only for a write by an op, which leaves the storage where it is: a rebind (`set_`,
+// Module._apply) or a resize outside the dispatcher settles as before. So do a sparse
+// tensor's parts, which a recording holds inside a sparse tensor of its own.
+// (PYALLOC_NO_LEAF_COPIES=1 switches the copies off, for A/B measurements.)
 std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers,
                                                const c10::StorageImpl* written) {
   std::size_t bytes = 0;
