@@ -18,14 +18,17 @@ at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::S
   return t;
 }
 
+at::Tensor same_view_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, const at::Tensor& t) {
+  at::Tensor view = tensor_on(storage, t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
+  view.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+  view.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+  return view;
+}
+
 at::Tensor detached_alias(const at::Tensor& t) {
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  at::Tensor alias = tensor_on(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
-                                   impl->unsafe_storage().unsafeGetStorageImpl()),
-                               t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
-  alias.unsafeGetTensorImpl()->_set_conj(impl->is_conj());
-  alias.unsafeGetTensorImpl()->_set_neg(impl->is_neg());
-  return alias;
+  return same_view_on(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+                          t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl()),
+                      t);
 }
 
 at::Tensor detached_sparse_alias(const at::Tensor& t) {

@@ -122,6 +122,9 @@ class TentativeScope {
 at::Tensor tensor_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, c10::ScalarType dtype,
                      c10::IntArrayRef sizes, c10::IntArrayRef strides, std::int64_t offset);
 
+// A tensor on `storage` with `t`'s dtype, geometry and conjugate and negative bits (no op).
+at::Tensor same_view_on(const c10::intrusive_ptr<c10::StorageImpl>& storage, const at::Tensor& t);
+
 // `t` without its autograd history: a tensor on the same storage with the same geometry
 // (and conjugate and negative bits), made without an op. Tensor::variable_data() would do,
 // but it may call into Python (a Python mode's detach), and the registry needs this while

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 
 namespace pyalloc::registry {
 // --- writes ----------------------------------------------------------------------------------
@@ -147,44 +146,31 @@ std::size_t Registry::live_reader_bytes_locked(c10::ArrayRef<Handle> readers,
 }
 
 namespace {
-// `v` (a recorded argument) with every tensor on `from` replaced by the same view of `to`
-// (`changed` set where one was).
+// `v` (a recorded argument) with every tensor on `from` replaced by the same view of `to`.
+// A list is copied before an element is set: the recording's lists are shared with the
+// stacks of replays.
 c10::IValue repointed(const c10::IValue& v, const c10::StorageImpl* from,
-                      const c10::intrusive_ptr<c10::StorageImpl>& to, bool* changed) {
-  const auto moved = [&](const at::Tensor& t) -> std::optional<at::Tensor> {
-    if (!t.defined() || storage_of(t) != from) return std::nullopt;
-    at::Tensor view = tensor_on(to, t.scalar_type(), t.sizes(), t.strides(), t.storage_offset());
-    view.unsafeGetTensorImpl()->_set_conj(t.is_conj());
-    view.unsafeGetTensorImpl()->_set_neg(t.is_neg());
-    *changed = true;
-    return view;
+                      const c10::intrusive_ptr<c10::StorageImpl>& to) {
+  const auto on_from = [&](const c10::IValue& e) {
+    return e.isTensor() && e.toTensor().defined() && storage_of(e.toTensor()) == from;
   };
-  if (v.isTensor()) {
-    if (auto t = moved(v.toTensor())) return *t;
-  } else if (v.isTensorList()) {
+  if (on_from(v)) return same_view_on(to, v.toTensor());
+  if (v.isTensorList()) {
     c10::List<at::Tensor> list = v.toTensorList();
-    bool any = false;
-    for (const at::Tensor& t : list) any = any || (t.defined() && storage_of(t) == from);
-    if (any) {
-      list = list.copy();  // shared with the recording's other readers' stacks
-      for (std::size_t j = 0; j < list.size(); ++j)
-        if (auto t = moved(list.get(j))) list.set(j, *t);
-      return list;
-    }
-  } else if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
+    if (std::none_of(list.begin(), list.end(), [&](const at::Tensor& t) { return on_from(t); }))
+      return v;
+    list = list.copy();
+    for (std::size_t j = 0; j < list.size(); ++j)
+      if (on_from(list.get(j))) list.set(j, same_view_on(to, list.get(j)));
+    return list;
+  }
+  if (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList()) {
     c10::impl::GenericList list = v.toList();
-    bool any = false;
-    for (const c10::IValue& e : list)
-      any = any || (e.isTensor() && e.toTensor().defined() && storage_of(e.toTensor()) == from);
-    if (any) {
-      list = list.copy();
-      for (std::size_t j = 0; j < list.size(); ++j) {
-        const c10::IValue e = list.get(j);
-        if (!e.isTensor()) continue;
-        if (auto t = moved(e.toTensor())) list.set(j, *t);
-      }
-      return list;
-    }
+    if (std::none_of(list.begin(), list.end(), on_from)) return v;
+    list = list.copy();
+    for (std::size_t j = 0; j < list.size(); ++j)
+      if (on_from(list.get(j))) list.set(j, same_view_on(to, list.get(j).toTensor()));
+    return list;
   }
   return v;
 }
@@ -251,11 +237,7 @@ bool Registry::copy_leaf_for_readers_locked(Lock& lock, const c10::StorageImpl* 
     for (const Step& step : reader->steps) {
       // The recording is shared by every node its op made, and read only under the lock.
       auto& args = const_cast<Recording&>(*step.rec).args;
-      for (c10::IValue& v : args) {
-        bool changed = false;
-        c10::IValue moved = repointed(v, key, copy, &changed);
-        if (changed) v = std::move(moved);
-      }
+      for (c10::IValue& v : args) v = repointed(v, key, copy);
     }
   }
   auto& now = leaf_readers_[copy.get()];
