@@ -607,3 +607,27 @@ def test_least_budget_search_finds_the_least_in_few_trials(above, most, want):
     assert got == (None if want is None else start + want * CHUNK)
     assert max(tried) <= start + most * CHUNK and len(tried) <= 2 * max(1, above).bit_length() + 2
     assert least_chunks(trains, start, start - 1) is None   # nothing to try
+
+
+def test_a_budget_full_of_what_cannot_leave_is_named_as_such_not_as_fragmentation(make_engine):
+    # Two 2.5 MiB tensors in two 4 MiB segments fill an 8 MiB budget; 3 MiB is free in two
+    # 1.5 MiB tails. A 2 MiB request fails. Without a policy the hint is fragmentation (the
+    # free bytes would hold it); with one and nothing evictable, the free bytes barely
+    # exceeding the request, the budget is too small for what the program holds, and the
+    # hint must say that, not send the user to reorder allocations.
+    from pyalloc import OutOfMemoryError
+
+    engine = make_engine(budget="8MiB")
+    held = [engine.alloc(5 << 19), engine.alloc(5 << 19)]
+    assert engine.stats()["reserved_bytes.all.current"] == 8 << 20
+    with pytest.raises(OutOfMemoryError, match="fragmented"):
+        engine.alloc(2 << 20)
+    engine.set_evict_callback(lambda handles: 0)
+    with pytest.raises(OutOfMemoryError) as failure:
+        engine.alloc(2 << 20)
+    message = str(failure.value)
+    assert "nothing allocated can be evicted" in message and "fragmented" not in message
+    assert "raise it (option budget, currently 8.00 MiB)" in message
+    engine.set_evict_callback(None)
+    for ptr in held:
+        engine.free(ptr)

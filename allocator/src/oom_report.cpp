@@ -190,6 +190,18 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
            "of them can be emptied for this request: lower the option min_evictable "
            "(\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that those of them "
            "that are activations can leave too";
+  } else if (evict_callback_ && f.evictable == 0 && f.frag.cached_free_bytes < f.rounded + kSmallSegment) {
+    // Nothing can leave, and what is free barely exceeds the request: the budget is full of
+    // what no policy takes, and joining the free bytes would only move the failure to the
+    // next request. The fragmentation hint below sent users to reorder allocations that were
+    // never the problem: timm's MobileNetV3 under swap at half its peak failed in Adam's
+    // first zeros_like with 2.27 MiB free (largest block 2.18 MiB) for a 2.25 MiB request,
+    // its parameters, gradients and optimizer state alone above the budget.
+    hint = "nothing allocated can be evicted, and the free bytes barely exceed the request: the " +
+           format_bytes(f.allocated) + " allocated are parameters, gradients, optimizer state, "
+           "inputs, the tensors this op uses and tensors no policy can take, so the budget is "
+           "too small for what the program holds: raise it (option budget, currently " +
+           format_bytes(budget_) + ") or reduce the batch size";
   } else if (f.frag.cached_free_bytes >= f.rounded) {
     hint = "the cached free bytes would hold this request if they were contiguous, so the "
            "cache is fragmented: free long-lived tensors earlier or allocate them first";
