@@ -18,14 +18,8 @@ import os
 import torch, torch.nn as nn, torch.nn.functional as F
 from common import setup, report
 policy = setup()   # pyalloc.install before the model is made
-# torchvision here is a CUDA wheel whose C ops cannot load; transformers/peft/lightning import it,
-# and its fake-kernel registrations need the operators defined (see vision_libs.py).
-try:
-    torch.ops.torchvision.nms
-except (AttributeError, RuntimeError):
-    _tv_lib = torch.library.Library("torchvision", "DEF")
-    _tv_lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _tv_lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+from vision_libs import define_torchvision_ops
+define_torchvision_ops()  # transformers, peft and lightning import torchvision (vision_libs.py)
 import lightning as L
 from lightning.pytorch.callbacks import StochasticWeightAveraging, EarlyStopping
 from torch.utils.data import TensorDataset, DataLoader

@@ -23,14 +23,8 @@ import os
 import torch
 from common import setup, report
 policy = setup()
-# torchvision here is a CUDA wheel whose C ops cannot load; transformers/peft/lightning import it,
-# and its fake-kernel registrations need the operators defined (see vision_libs.py).
-try:
-    torch.ops.torchvision.nms
-except (AttributeError, RuntimeError):
-    _tv_lib = torch.library.Library("torchvision", "DEF")
-    _tv_lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _tv_lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+from vision_libs import define_torchvision_ops
+define_torchvision_ops()  # transformers, peft and lightning import torchvision (vision_libs.py)
 import peft
 from peft import LoraConfig, IA3Config, LoHaConfig, PrefixTuningConfig, get_peft_model, TaskType
 import transformers

@@ -6,7 +6,8 @@ registrations an operator to attach to. Models that call the C ops (nms, roi_ali
 still cannot run."""
 import torch
 lib = None
-def import_vision():
+def define_torchvision_ops():
+    """Makes `import torchvision` work here; transformers, peft and lightning import it too."""
     global lib
     if lib is None:
         try:
@@ -15,5 +16,7 @@ def import_vision():
             lib = torch.library.Library("torchvision", "DEF")
             lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+def import_vision():
+    define_torchvision_ops()
     import torchvision, timm
     return torchvision, timm
