@@ -628,6 +628,22 @@ def test_a_budget_full_of_what_cannot_leave_is_named_as_such_not_as_fragmentatio
     message = str(failure.value)
     assert "nothing allocated can be evicted" in message and "fragmented" not in message
     assert "raise it (option budget, currently 8.00 MiB)" in message
+    # Something evictable that will not leave (the registry refuses a pinned victim and
+    # offers it again): the eviction rungs tried to gather room, so the hint names what sits
+    # between the free and evictable bytes, not fragmentation.
+    engine.set_evictable(held[0], 7, 1.0)
+
+    def refuse(handles):
+        for _ in handles:
+            engine.set_evictable(held[0], 7, 1.0)
+        return 0
+
+    engine.set_evict_callback(refuse)
+    with pytest.raises(OutOfMemoryError) as failure:
+        engine.alloc(2 << 20)
+    message = str(failure.value)
+    assert "can neither leave nor move" in message and "fragmented" not in message
+    engine.set_evictable(held[0], 0, 0.0)
     engine.set_evict_callback(None)
     for ptr in held:
         engine.free(ptr)
