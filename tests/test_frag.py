@@ -609,7 +609,7 @@ def test_least_budget_search_finds_the_least_in_few_trials(above, most, want):
     assert least_chunks(trains, start, start - 1) is None   # nothing to try
 
 
-def test_a_budget_full_of_what_cannot_leave_is_named_as_such_not_as_fragmentation(make_engine):
+def test_under_a_policy_the_hint_names_what_cannot_leave_not_fragmentation(make_engine):
     # Two 2.5 MiB tensors in two 4 MiB segments fill an 8 MiB budget; 3 MiB is free in two
     # 1.5 MiB tails. A 2 MiB request fails. Without a policy the hint is fragmentation (the
     # free bytes would hold it); with one and nothing evictable, the free bytes barely
@@ -634,8 +634,7 @@ def test_a_budget_full_of_what_cannot_leave_is_named_as_such_not_as_fragmentatio
     engine.set_evictable(held[0], 7, 1.0)
 
     def refuse(handles):
-        for _ in handles:
-            engine.set_evictable(held[0], 7, 1.0)
+        engine.set_evictable(held[0], 7, 1.0)
         return 0
 
     engine.set_evict_callback(refuse)

@@ -190,7 +190,8 @@ std::string Engine::oom_report_locked(const OomFigures& f) const {
            "of them can be emptied for this request: lower the option min_evictable "
            "(\"min_evictable:1KiB\", or PYALLOC_MIN_EVICTABLE=1KiB) so that those of them "
            "that are activations can leave too";
-  } else if (evict_callback_ && f.evictable == 0 && f.frag.cached_free_bytes < f.rounded + kSmallSegment) {
+  } else if (evict_callback_ && f.evictable == 0 &&
+             f.frag.cached_free_bytes < f.rounded + kSmallSegment) {
     // Nothing can leave, and what is free barely exceeds the request: the budget is full of
     // what no policy takes, and joining the free bytes would only move the failure to the
     // next request. The fragmentation hint below sent users to reorder allocations that were
