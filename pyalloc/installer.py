@@ -32,6 +32,13 @@ installed_device = state.installed_device
 is_installed = state.is_installed
 
 
+_NO_CUDA_BACKEND = (
+    "pyalloc.install({asked}), but this pyalloc build has no CUDA backend: it was configured "
+    "with -DPYALLOC_CUDA=OFF. Reinstall pyalloc without that option (the backend needs no CUDA "
+    'toolkit), or pass device="cpu" for the simulated device.'
+)
+
+
 def _resolve_device(device: str) -> str:
     if device not in ("auto", "cuda", "cpu"):
         raise ValueError(f'device must be "auto", "cuda" or "cpu", got {device!r}')
@@ -44,13 +51,15 @@ def _resolve_device(device: str) -> str:
                 "device, or install a CUDA build of PyTorch on a machine with a GPU."
             )
         if not _lib.lib().pyalloc_has_cuda_backend():
-            raise RuntimeError(
-                "this pyalloc build has no CUDA backend: the CUDA toolkit headers (cuda.h) were "
-                "not found when it was compiled. Reinstall with CUDA_HOME pointing at a toolkit."
-            )
+            raise RuntimeError(_NO_CUDA_BACKEND.format(asked='device="cuda"'))
         return "cuda"
     if device == "auto":
-        if has_gpu and _lib.lib().pyalloc_has_cuda_backend():
+        if has_gpu:
+            # Not the simulated device in its place: the model's CUDA tensors would not be
+            # served, and the user would see no error, only no effect.
+            if not _lib.lib().pyalloc_has_cuda_backend():
+                asked = 'device="auto" on a machine with a GPU'
+                raise RuntimeError(_NO_CUDA_BACKEND.format(asked=asked))
             return "cuda"
         log.info(
             "pyalloc: no CUDA GPU found; installing the simulated device "

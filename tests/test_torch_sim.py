@@ -75,6 +75,34 @@ def test_cuda_without_gpu_names_the_fix():
     assert not pyalloc.is_installed()
 
 
+def test_a_gpu_without_a_cuda_backend_is_an_error_not_the_simulated_device(monkeypatch):
+    # Only a build configured with -DPYALLOC_CUDA=OFF lacks the backend (Note [Declaring the
+    # driver API ourselves] in allocator/src/cuda_driver.h). On a GPU, "auto" once installed
+    # the simulated device there, which serves none of the model's CUDA tensors, silently.
+    from pyalloc import _lib, installer
+
+    real = _lib.lib()
+
+    class NoBackend:  # the library, but for the one question
+        def __getattr__(self, name):
+            return (lambda: 0) if name == "pyalloc_has_cuda_backend" else getattr(real, name)
+
+    monkeypatch.setattr(_lib, "lib", NoBackend)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for device in ("auto", "cuda"):
+        with pytest.raises(RuntimeError, match="-DPYALLOC_CUDA=OFF.*needs no CUDA toolkit"):
+            pyalloc.install(device=device)
+        assert not pyalloc.is_installed()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert installer._resolve_device("auto") == "cpu"
+
+
+def test_every_build_has_a_cuda_backend():
+    # It needs no toolkit, so a GPU machine without one still gets it.
+    from pyalloc import _lib
+    assert _lib.lib().pyalloc_has_cuda_backend()
+
+
 def test_stats_before_install_raise():
     with pytest.raises(pyalloc.PyallocError, match="not installed"):
         pyalloc.memory_stats()

@@ -9,8 +9,8 @@
 // at construction, so it has no lock; the driver API itself is thread-safe. The last error is
 // thread_local, like errno, so concurrent failures never overwrite each other's message.
 #include "cuda_backend.h"
+#include "cuda_driver.h"  // Note [Declaring the driver API ourselves]
 
-#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -29,7 +29,8 @@ namespace {
 // file was compiled against. dlsym of the explicit ABI names ("cuMemGetInfo_v2",
 // "cuStreamDestroy_v2", unsuffixed "cuEventRecord") pins both, and also works on drivers
 // that have VMM (10.2) but predate cuGetProcAddress (11.3). Each pointer's type is decltype
-// of cuda.h's prototype of that same name, so a signature cannot disagree with its symbol.
+// of the prototype of that same name in cuda_driver.h, which the build checks against cuda.h
+// wherever a toolkit is found, so a signature cannot disagree with its symbol.
 #define PYALLOC_REQUIRED_FNS(X)                                                            \
   X(cuInit) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)                     \
   X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxSynchronize)    \
