@@ -61,8 +61,16 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
         "from what it was made from, each input held while the replays above it run); %.2f "
         "MiB in %zu activations are pinned until it ends, which the engine can neither evict "
         "nor move. A slightly larger budget lets the chain be rebuilt; under swap or hybrid "
-        "such activations come back as copies instead.",
-        replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count));
+        "such activations come back as copies instead.%s",
+        replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count,
+        // Such a victim is a copy under a host pool (Registry::route_locked in evict.cpp): RetinaNet
+        // and FCOS under recompute at half their peaks failed in clip_grad_norm_, restoring
+        // a parameter's gradient evicted in backward 31-36 replays deep, and with host_pool
+        // trained, bit-identically (tools/user_programs/tv_detection.py).
+        can_relocate_ ? ""
+                      : " Under recompute, the option host_pool sends a victim whose replay "
+                        "would rebuild this much (a parameter's gradient evicted in backward, "
+                        "say) to host memory instead."));
   }
   if (!can_swap_ && !can_relocate_) {  // else frozen nodes can leave
     // Frozen in a backward pass: not the program's doing (Note [How long a chain may grow]

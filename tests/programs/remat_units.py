@@ -1831,6 +1831,7 @@ def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
         message = str(oom.value)
         assert "registry: the request came from a replay 2 deep" in message, message
         assert "16.00 MiB in 1 activations are pinned" in message, message
+        assert "the option host_pool sends a victim" in message, message   # the remedy here
         assert torch.equal(b, torch.sigmoid(torch.tanh(x * 2)))   # and it trains on
 
 
