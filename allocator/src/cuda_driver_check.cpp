@@ -1,4 +1,4 @@
-// cuda_driver_check.cpp — cuda_driver.h's declarations against the toolkit's cuda.h, at build time.
+// cuda_driver_check.cpp — cuda_driver.h's declarations against a toolkit's cuda.h, when built.
 //
 // Compiled only where CMake finds cuda.h (CI's machines have a toolkit). It emits no code: every
 // check is a static_assert, so a declaration that differs from the driver's in size, layout,

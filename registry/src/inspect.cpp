@@ -63,10 +63,10 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
         "nor move. A slightly larger budget lets the chain be rebuilt; under swap or hybrid "
         "such activations come back as copies instead.%s",
         replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count,
-        // Such a victim is a copy under a host pool (Registry::route_locked in evict.cpp): RetinaNet
-        // and FCOS under recompute at half their peaks failed in clip_grad_norm_, restoring
-        // a parameter's gradient evicted in backward 31-36 replays deep, and with host_pool
-        // trained, bit-identically (tools/user_programs/tv_detection.py).
+        // Such a victim is a copy under a host pool (Registry::route_locked in evict.cpp):
+        // RetinaNet and FCOS under recompute at half their peaks failed in clip_grad_norm_,
+        // restoring a parameter's gradient evicted in backward 31-36 replays deep, and with
+        // host_pool trained, bit-identically (tools/user_programs/tv_detection.py).
         can_relocate_ ? ""
                       : " Under recompute, the option host_pool sends a victim whose replay "
                         "would rebuild this much (a parameter's gradient evicted in backward, "
