@@ -1,8 +1,9 @@
-"""cuda_driver.h's declarations of the driver API, and the build-time check that guards them.
+"""cuda_driver.h's declarations of the driver API, and the check that guards them.
 
 The CUDA backend takes the driver's types and prototypes from allocator/src/cuda_driver.h
 rather than from a toolkit's cuda.h (Note [Declaring the driver API ourselves]), and
-allocator/src/cuda_driver_check.cpp compares the two wherever a toolkit is found. Here: the
+allocator/src/cuda_driver_check.cpp compares the two; this test compiles it wherever a toolkit
+is found (it is no part of the library's build). Here: the
 backend compiles with no toolkit on the include path, the check passes against the toolkit on
 this machine, and the check fails, naming what differs, on declarations made wrong on purpose,
 so that it cannot pass by checking nothing. Skipped where no C++ compiler or no cuda.h is found.
@@ -23,7 +24,7 @@ COMPILER = os.environ.get("CXX", "c++")
 
 
 def _toolkit_include() -> str:
-    """Where CMakeLists.txt would find cuda.h first, or ''."""
+    """A toolkit's include folder holding cuda.h, or ''."""
     candidates = [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH")
                   if os.environ.get(v)]
     candidates += ["/usr/local/cuda/include", "/opt/cuda/include"]

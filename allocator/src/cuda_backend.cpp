@@ -29,7 +29,7 @@ namespace {
 // file was compiled against. dlsym of the explicit ABI names ("cuMemGetInfo_v2",
 // "cuStreamDestroy_v2", unsuffixed "cuEventRecord") pins both, and also works on drivers
 // that have VMM (10.2) but predate cuGetProcAddress (11.3). Each pointer's type is decltype
-// of the prototype of that same name in cuda_driver.h, which the build checks against cuda.h
+// of the prototype of that same name in cuda_driver.h, which a test checks against cuda.h
 // wherever a toolkit is found, so a signature cannot disagree with its symbol.
 #define PYALLOC_REQUIRED_FNS(X)                                                            \
   X(cuInit) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)                     \

@@ -13,10 +13,13 @@
 // So the thirty-three functions, six handle types, three structs and the constants the
 // backend uses are declared here, once, for every build. Each is a stable part of the driver's
 // ABI: the explicitly versioned names (cuMemGetInfo_v2, cuStreamDestroy_v2, ...) keep their
-// signatures and struct layouts for as long as the driver exports them. Where a toolkit's
-// cuda.h is found at build time, cuda_driver_check.cpp compares every declaration here with
-// it (struct sizes and field offsets, constant values, each function's parameters) and the
-// build fails on any difference; CI builds it against the toolkit on its machine.
+// signatures and struct layouts for as long as the driver exports them. cuda_driver_check.cpp
+// compares every declaration here with a toolkit's cuda.h (struct sizes and field offsets,
+// constant values, each function's parameters) and fails to compile on any difference;
+// tests/test_cuda_driver_decls.py compiles it wherever a toolkit is found, CI's machines
+// included. It is not part of the library's build: a toolkit a user happens to have, newer
+// than this file (one that renamed a prototype by macro, as cuda.h does for the _v2 entry
+// points), must not stop pyalloc from installing.
 //
 // Included once per translation unit, at namespace scope: cuda_driver_check.cpp includes it
 // inside a namespace of its own, beside cuda.h. Hence no extern "C": the functions are never

@@ -1,9 +1,9 @@
-// cuda_driver_check.cpp — cuda_driver.h's declarations against a toolkit's cuda.h, when built.
+// cuda_driver_check.cpp — cuda_driver.h's declarations against a toolkit's cuda.h.
 //
-// Compiled only where CMake finds cuda.h (CI's machines have a toolkit). It emits no code: every
-// check is a static_assert, so a declaration that differs from the driver's in size, layout,
-// value or parameters fails the build, naming what differs. See Note [Declaring the driver API
-// ourselves] in cuda_driver.h.
+// Not part of the library: tests/test_cuda_driver_decls.py compiles it (syntax only) wherever
+// a toolkit's cuda.h is found. Every check is a static_assert, so a declaration that differs
+// from the driver's in size, layout, value or parameters fails to compile, naming what differs.
+// See Note [Declaring the driver API ourselves] in cuda_driver.h.
 #include <cuda.h>
 
 #include <cstddef>
