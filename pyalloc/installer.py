@@ -43,24 +43,20 @@ def _resolve_device(device: str) -> str:
     if device not in ("auto", "cuda", "cpu"):
         raise ValueError(f'device must be "auto", "cuda" or "cpu", got {device!r}')
     has_gpu = torch.cuda.is_available()  # does not initialize CUDA
-    if device == "cuda":
-        if not has_gpu:
-            raise RuntimeError(
-                'pyalloc.install(device="cuda") but PyTorch sees no CUDA GPU '
-                "(torch.cuda.is_available() is False). Use device=\"cpu\" for the simulated "
-                "device, or install a CUDA build of PyTorch on a machine with a GPU."
-            )
+    if device == "cuda" and not has_gpu:
+        raise RuntimeError(
+            'pyalloc.install(device="cuda") but PyTorch sees no CUDA GPU '
+            "(torch.cuda.is_available() is False). Use device=\"cpu\" for the simulated "
+            "device, or install a CUDA build of PyTorch on a machine with a GPU."
+        )
+    if has_gpu and device != "cpu":
+        # "auto" too: the simulated device in the GPU's place would serve none of the model's
+        # CUDA tensors, and the user would see no error, only no effect.
         if not _lib.lib().pyalloc_has_cuda_backend():
-            raise RuntimeError(_NO_CUDA_BACKEND.format(asked='device="cuda"'))
+            where = " on a machine with a GPU" if device == "auto" else ""
+            raise RuntimeError(_NO_CUDA_BACKEND.format(asked=f'device="{device}"{where}'))
         return "cuda"
     if device == "auto":
-        if has_gpu:
-            # Not the simulated device in its place: the model's CUDA tensors would not be
-            # served, and the user would see no error, only no effect.
-            if not _lib.lib().pyalloc_has_cuda_backend():
-                asked = 'device="auto" on a machine with a GPU'
-                raise RuntimeError(_NO_CUDA_BACKEND.format(asked=asked))
-            return "cuda"
         log.info(
             "pyalloc: no CUDA GPU found; installing the simulated device "
             "(CPU tensors are served by the engine under the budget)"
