@@ -47,3 +47,15 @@ def test_skip_leaves_out_the_searches_and_keeps_the_step_times(tmp_path):
     assert window["at_0.9"]["step_s"] > 0
     table = (tmp_path / "bench_remat.md").read_text()
     assert "| mlp_small | window | — | " in table
+
+
+def test_an_unknown_task_is_refused_before_any_run(capsys):
+    """A misspelt task name used to pass until its turn came, then end the run with a
+    KeyError: the figures of the tasks before it, minutes or hours of trials, were lost."""
+    from pyalloc.bench import remat
+
+    with pytest.raises(SystemExit) as exit_info:
+        remat.main(["--tasks", "cnn", "zoo_transformer", "--configs", "window"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown task(s): zoo_transformer" in err and "zoo_vit" in err

@@ -464,6 +464,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return Bar(items)
 
     tasks = args.tasks or ["mlp", "mlp_small", "cnn", "transformer"]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:   # before any run: found after the others' trials, it lost all their figures
+        p.error(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(TASKS)}")
     capacity = (70 << 30) if args.device == "cuda" else (3 << 30)
     results: List[Dict[str, Any]] = []
     started = time.time()
