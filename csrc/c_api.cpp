@@ -488,6 +488,11 @@ int pyalloc_engine_set_host_pool(pyalloc_engine* engine, uint64_t bytes) {
   return fail(engine->set_host_pool(bytes));
 }
 
+int pyalloc_engine_defer_host_pool(pyalloc_engine* engine, uint64_t bytes) {
+  PYALLOC_CHECK_ENGINE(engine);
+  return fail(engine->set_host_pool(bytes, /*at_first_use=*/true));
+}
+
 int pyalloc_engine_swap_out(pyalloc_engine* engine, void* ptr, size_t bytes, uintptr_t stream,
                             uint64_t* slot) {
   PYALLOC_CHECK_ENGINE(engine);

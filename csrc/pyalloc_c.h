@@ -172,6 +172,9 @@ PYALLOC_API int pyalloc_engine_stream_destroy(pyalloc_engine* engine, uintptr_t 
 #define PYALLOC_HOST_FULL 3
 #define PYALLOC_COPY_FAILED 4
 PYALLOC_API int pyalloc_engine_set_host_pool(pyalloc_engine* engine, uint64_t bytes);
+/* The same, allocated at the first swap_out instead of now (a later set_host_pool or
+ * defer_host_pool keeps the size given first). */
+PYALLOC_API int pyalloc_engine_defer_host_pool(pyalloc_engine* engine, uint64_t bytes);
 PYALLOC_API int pyalloc_engine_swap_out(pyalloc_engine* engine, void* ptr, size_t bytes,
                                         uintptr_t stream, uint64_t* slot);
 PYALLOC_API int pyalloc_engine_swap_in(pyalloc_engine* engine, uint64_t slot, void* ptr,

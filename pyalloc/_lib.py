@@ -80,6 +80,7 @@ _SIGNATURES = {
     "pyalloc_engine_stream_create": (_c.c_int, [_engine_p, _c.POINTER(_c.c_size_t)]),
     "pyalloc_engine_stream_destroy": (_c.c_int, [_engine_p, _c.c_size_t]),
     "pyalloc_engine_set_host_pool": (_c.c_int, [_engine_p, _c.c_uint64]),
+    "pyalloc_engine_defer_host_pool": (_c.c_int, [_engine_p, _c.c_uint64]),
     "pyalloc_engine_swap_out": (
         _c.c_int, [_engine_p, _c.c_void_p, _c.c_size_t, _c.c_size_t, _c.POINTER(_c.c_uint64)]),
     "pyalloc_engine_swap_in": (_c.c_int, [_engine_p, _c.c_uint64, _c.c_void_p, _c.c_size_t]),

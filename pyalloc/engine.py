@@ -193,11 +193,13 @@ class Engine:
         _check(_lib.lib().pyalloc_sim_fail_copies(self.handle, _byte_count("count", count)))
 
     # --- swap (allocator/src/swap.h; used by the tensor registry) ----------------------
-    def set_host_pool(self, nbytes: int) -> None:
+    def set_host_pool(self, nbytes: int, at_first_use: bool = False) -> None:
         """Allocates the host pool for swapped-out copies, once (pinned on CUDA). Later
-        calls keep the existing pool."""
-        _check(_lib.lib().pyalloc_engine_set_host_pool(self.handle,
-                                                      _byte_count("host pool", nbytes, 1)))
+        calls keep the existing pool. ``at_first_use``: allocate it at the first swap-out
+        instead (its failure then refuses that swap-out and every later one)."""
+        entry = (_lib.lib().pyalloc_engine_defer_host_pool if at_first_use
+                 else _lib.lib().pyalloc_engine_set_host_pool)
+        _check(entry(self.handle, _byte_count("host pool", nbytes, 1)))
 
     def swap_out(self, ptr: int, nbytes: int, stream: int = 0) -> int:
         """Starts copying ``nbytes`` at ``ptr`` to a new host slot after the work enqueued on

@@ -99,7 +99,9 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
         ``policy="recompute"`` turns on rematerialization for the thread that calls
         ``install()`` (activations are evicted when memory is short and recomputed on
         use; see :mod:`pyalloc.registry`), tuned by ``evict_strategy``,
-        ``evict_threshold``, ``min_evictable`` and ``remat_cost``. ``policy="swap"``
+        ``evict_threshold``, ``min_evictable`` and ``remat_cost``; what it cannot
+        recompute within the budget is copied to host memory unless ``spill=False``
+        (``host_pool``, made at the first such copy). ``policy="swap"``
         copies them to a host pool on side streams instead (``host_pool``,
         ``prefetch``); ``policy="hybrid"`` swaps what the copy can hide and recomputes
         the rest.
@@ -124,6 +126,8 @@ def install(device: str = "auto", budget: Budget = None, *, stats_file: Optional
     text = build_options(budget, options, torch_alloc_conf=torch_alloc_conf)
     resolved = _resolve_device(device)
     chosen = effective(text)
+    # Before anything is installed, as every bad option is.
+    registry.check_spill(chosen["policy"], chosen["spill"] == "true", int(chosen["host_pool"]))
     if chosen["policy"] != "none":
         # Before anything is installed: a dispatch key another library holds (torchdistx)
         # is an error that leaves the process as it was.

@@ -453,9 +453,11 @@ class Registry:
     prefetch : int
         swap/hybrid: how many swapped-out storages each backward use brings back ahead.
     relocate : bool
-        recompute: storages that cannot be recomputed (frozen) may still be moved out of the
-        way through the host pool as a last resort, to make room for a request that no
-        amount of recomputation can serve. They come back on their next use.
+        recompute: what cannot be recomputed within the budget (storages with no lineage,
+        replays that would rebuild too much dead lineage) may leave through the host pool
+        instead, and storages may be moved out of the way through it to make room for a
+        request that no amount of recomputation can serve (option ``spill``). They come
+        back on their next use.
     """
 
     def __init__(self, engine: Engine, min_bytes: int = 1 << 10, cost: str = "model",
@@ -695,31 +697,53 @@ def active() -> Optional[Registry]:
     return _current
 
 
-def host_pool_size(engine: Engine, requested: int = 0) -> int:
-    """The host pool to allocate: ``requested``, or (0) as much as the device has, at most
-    a quarter of the host's RAM (pinned memory is taken from everything else)."""
+def host_pool_size(engine: Engine, requested: int = 0, policy: str = "swap") -> int:
+    """The host pool to allocate: ``requested``, or (0) under swap and hybrid as much as
+    the device has, at most a quarter of the host's RAM (pinned memory is taken from
+    everything else); under recompute, where it only takes what is spilled, as much as
+    the budget, at most a sixteenth of the host's RAM (Note [How large a spill pool] in
+    registry/src/evict.cpp)."""
     if requested:
         return requested
-    device_total = int(engine.stats()["device_total_bytes"])
+    stats = engine.stats()
+    device_total = int(stats["device_total_bytes"])
     try:
         host_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):   # not exposed: assume it is no smaller than the device
         host_ram = 4 * device_total
+    if policy == "recompute":
+        budget = int(stats["budget_bytes"]) or device_total
+        return max(1 << 20, min(budget, host_ram // 16))
     return max(1 << 20, min(device_total, host_ram // 4))
 
 
+def check_spill(policy: str, spill: bool, host_pool: int) -> None:
+    """A host pool under recompute is only for spilling: with spill off it is a mistake
+    (the pool would never be used), so it is refused rather than ignored."""
+    if policy == "recompute" and not spill and host_pool:
+        raise ValueError(
+            f"pyalloc: host_pool is {host_pool} bytes but spill is false: under policy "
+            "recompute the host pool only holds what is spilled. Leave spill on (the "
+            "default) to use the pool, or leave host_pool unset for no host memory at all")
+
+
 def _start(engine: Engine, min_bytes: int, cost: str, policy: str = "recompute",
-           prefetch: int = 4, host_pool: int = 0) -> Registry:
+           prefetch: int = 4, host_pool: int = 0, spill: bool = True) -> Registry:
     global _current
-    # Under recompute a host pool is allocated only when asked for (host_pool > 0): it
-    # lets storages with no lineage be relocated through it as a last resort.
+    check_spill(policy, spill, host_pool)
+    # Under recompute the host pool takes only what is spilled (option spill), which most
+    # programs never meet: it is allocated at the first spill (Note [A host pool made at
+    # first use] in allocator/src/swap.cpp). Copy bandwidth matters there only to the
+    # cost model "time", which measures it now, and so needs the pool now.
+    pooled = policy != "recompute" or spill
+    deferred = policy == "recompute" and cost != "time"
     registry = Registry(engine, min_bytes, cost, policy, prefetch,
-                        relocate=policy == "recompute" and host_pool > 0)
-    if policy != "recompute" or host_pool > 0:
-        engine.set_host_pool(host_pool_size(engine, host_pool))
+                        relocate=policy == "recompute" and spill)
+    if pooled:
+        engine.set_host_pool(host_pool_size(engine, host_pool, policy), at_first_use=deferred)
     registry._start()
     _current = registry
-    if policy != "recompute" or host_pool > 0:
+    if pooled and not deferred:
         registry.calibrate_copies()
     return registry
 
@@ -737,16 +761,19 @@ def _settings(engine: Engine, **given: Any) -> Dict[str, Any]:
     chosen = parse_conf(engine.options_string)
     defaults = {"min_bytes": int(chosen["min_evictable"]), "cost": chosen["remat_cost"],
                 "policy": chosen["policy"] if chosen["policy"] in POLICIES else "recompute",
-                "prefetch": int(chosen["prefetch"]), "host_pool": int(chosen["host_pool"])}
+                "prefetch": int(chosen["prefetch"]), "host_pool": int(chosen["host_pool"]),
+                "spill": chosen["spill"] == "true"}
     return {k: defaults[k] if v is None else v for k, v in given.items()}
 
 
 def enable(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
            cost: Optional[str] = None, policy: Optional[str] = None,
-           prefetch: Optional[int] = None, host_pool: Optional[int] = None) -> Registry:
+           prefetch: Optional[int] = None, host_pool: Optional[int] = None,
+           spill: Optional[bool] = None) -> Registry:
     """Turns eviction on for the calling thread until :func:`disable`
     (``install(policy=...)`` calls this). Arguments left None come from the engine's
-    options (``min_evictable``, ``remat_cost``, ``policy``, ``prefetch``, ``host_pool``)."""
+    options (``min_evictable``, ``remat_cost``, ``policy``, ``prefetch``, ``host_pool``,
+    ``spill``)."""
     global _active
     if _current is not None:
         raise RuntimeError("pyalloc: eviction is already on (install(policy=...) or "
@@ -754,7 +781,7 @@ def enable(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
     if engine is None:
         engine = state.engine(None)
     _active = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
-                                         prefetch=prefetch, host_pool=host_pool))
+                                         prefetch=prefetch, host_pool=host_pool, spill=spill))
     return _active
 
 
@@ -769,15 +796,15 @@ def disable() -> None:
 @contextlib.contextmanager
 def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
               cost: Optional[str] = None, policy: Optional[str] = None,
-              prefetch: Optional[int] = None,
-              host_pool: Optional[int] = None) -> Iterator[Registry]:
+              prefetch: Optional[int] = None, host_pool: Optional[int] = None,
+              spill: Optional[bool] = None) -> Iterator[Registry]:
     """Within the block, activations may be evicted, and recomputed or swapped back on use.
 
     Run the forward *and* ``backward()`` inside it; on leaving, every evicted tensor the
     program still holds is restored. ``engine``: the installed engine of the current
     device by default. ``policy``: "recompute", "swap" or "hybrid". Arguments left None
     come from the engine's options (``min_evictable``, ``remat_cost``, ``policy`` when it
-    is one of those three, else "recompute", ``prefetch``, ``host_pool``). Inside
+    is one of those three, else "recompute", ``prefetch``, ``host_pool``, ``spill``). Inside
     ``install(policy=...)`` or another ``recompute()`` block it yields the running registry.
     """
     if _current is not None:
@@ -786,7 +813,7 @@ def recompute(engine: Optional[Engine] = None, min_bytes: Optional[int] = None,
     if engine is None:
         engine = state.engine(None)
     registry = _start(engine, **_settings(engine, min_bytes=min_bytes, cost=cost, policy=policy,
-                                          prefetch=prefetch, host_pool=host_pool))
+                                          prefetch=prefetch, host_pool=host_pool, spill=spill))
     try:
         yield registry
     finally:

@@ -13,6 +13,7 @@ engine, and the requirement VMM stitching must meet.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -121,13 +122,22 @@ def test_stitched_ranges_hold_data_across_map_and_unmap(make_engine):
 
 @pytest.mark.slow
 def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
-    # Compaction through host memory: under recompute with a host pool, a storage with no
-    # lineage left is moved out of the way as a last resort (contents and views kept) and
-    # comes back, wherever best fit puts it, on its next use. Without the pool: OOM.
-    without = run_program("relocate_through_host_pool")
+    # Compaction through host memory: under recompute with spill on (the default), a
+    # storage with no lineage left is moved out of the way as a last resort (contents and
+    # views kept) and comes back, wherever best fit puts it, on its next use. The pool is
+    # made at that first spill: as much as the 2 GiB budget by default, or as given.
+    # With spill off there is no pool: OOM.
+    without = run_program("relocate_through_host_pool", "--no-spill")
     assert "oom" in without and "moved 0" in without and "intact True" in without
+    assert "host pool 0" in without
+    default = run_program("relocate_through_host_pool")
+    assert "served" in default and "moved 1" in default and "intact True" in default
+    host_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    expected = -(-min(2 << 30, host_ram // 16) // 4096) * 4096   # in 4 KiB units
+    assert f"host pool {expected}" in default
     with_pool = run_program("relocate_through_host_pool", "--host-pool", 16 << 20)
     assert "served" in with_pool and "moved 1" in with_pool and "intact True" in with_pool
+    assert f"host pool {16 << 20}" in with_pool
 
 
 @pytest.mark.parametrize("keep", [False, True])

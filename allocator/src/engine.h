@@ -197,7 +197,9 @@ class Engine {
 
   // --- swap (swap.h; swap.cpp) ---
   // Allocates the host pool, once. Later calls leave the existing pool as it is.
-  Status set_host_pool(std::size_t bytes);
+  // `at_first_use`: only remember the size, and allocate at the first swap_out (Note [A
+  // host pool made at first use] in swap.cpp).
+  Status set_host_pool(std::size_t bytes, bool at_first_use = false);
   // Starts copying the first `bytes` of the block at `ptr` into a new host slot (*slot),
   // after the work enqueued on `compute` so far. The caller may free the block at once;
   // the engine reuses it only after the copy. On failure (kInvalid, kHostPoolFull,
@@ -456,6 +458,7 @@ class Engine {
   // cannot be recorded, waits for the copy instead and leaves *event 0 (complete).
   void mark_done_locked(EventId* event, StreamId copy_stream);
   std::string host_pool_report_locked() const;
+  Status allocate_host_pool_locked(std::size_t bytes);
 
   const std::unique_ptr<Backend> backend_;
   const Options options_;
@@ -507,6 +510,8 @@ class Engine {
   std::unordered_map<std::uintptr_t, Block*> placements_;  // guarded by mutex_
 
   HostPool host_pool_;                                  // guarded by mutex_
+  std::size_t host_pool_deferred_ = 0;  // bytes to allocate at the first swap_out; mutex_
+  std::string host_pool_failure_;       // why that allocation failed, if it did; mutex_
   std::unordered_map<std::uint64_t, SwapSlot> slots_;   // guarded by mutex_
   std::vector<SwapSlot> releasing_;  // guarded by mutex_; released, copies in flight
   std::uint64_t next_slot_ = 1;      // guarded by mutex_

@@ -92,11 +92,16 @@ namespace pyalloc {
     "(copy them to the host pool on a side stream and back before use); or hybrid (swap "   \
     "what the copy can hide behind compute, recompute the rest).")                          \
   X(host_pool, kSize, std::size_t, "0", "",                                                 \
-    "policy swap/hybrid: bytes of host memory for swapped-out tensors, allocated once "     \
-    "(pinned on CUDA). 0: as much as the device has, at most a quarter of the host's RAM. " \
-    "policy recompute: 0 (none) by default; if set, tensors that cannot be recomputed may " \
-    "be moved out through it as a last resort, to make room (compaction), and so may the "  \
-    "tangents of forward-mode AD and what Python tensor subclasses make inside.")           \
+    "Bytes of host memory for tensors copied out of the device, allocated once (pinned on " \
+    "CUDA). policy swap/hybrid: allocated when the policy starts; 0: as much as the device " \
+    "has, at most a quarter of the host's RAM. policy recompute with spill: allocated at "  \
+    "the first spill; 0: as much as the budget, at most a sixteenth of the host's RAM.")    \
+  X(spill, kBool, bool, "true", "",                                                         \
+    "policy recompute: what it cannot recompute within the budget (a storage with no "      \
+    "lineage, or one whose replay would rebuild more dead lineage than the budget can "     \
+    "spare) leaves as a copy in the host pool (host_pool), as may the tangents of forward-" \
+    "mode AD and what Python tensor subclasses make inside. false: no host memory; such "   \
+    "storages stay on the device, and the too-dear ones are dropped only as a last resort.") \
   X(prefetch, kInt, std::size_t, "4", "",                                                   \
     "policy swap/hybrid: how many swapped-out tensors backward brings back ahead of use, in " \
     "the order the previous iteration used them (0: only on use). Never evicts for it.")    \

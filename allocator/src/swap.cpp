@@ -1,5 +1,6 @@
 // swap.cpp — the host pool, and the engine's swap operations (see swap.h for the ordering).
 #include <iterator>
+#include <utility>
 
 #include "engine.h"
 
@@ -79,14 +80,18 @@ void add_stream_use(Block* block, StreamId stream) {
 
 }  // namespace
 
-Status Engine::set_host_pool(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (host_pool_.base()) return Status();
-  if (bytes < HostPool::kAlign) {
-    return Status::invalid("host pool of " + std::to_string(bytes) +
-                           " bytes is too small: give at least 4 KiB "
-                           "(option host_pool)");
-  }
+// Note [A host pool made at first use]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under policy recompute the host pool only takes what cannot be recomputed within the
+// budget (option spill; Note [Spilling under recompute] in registry/src/evict.cpp), which
+// most programs never meet. Allocated when the policy starts, it would pin host memory on
+// CUDA (cuMemHostAlloc: RAM taken from everything else, and a pause of its own) for every
+// program that turns recompute on. So the registry gives its size at start and the engine
+// allocates it at the first swap_out, under the engine's lock, once. Should that
+// allocation fail (the host is short of memory it can pin), the first swap_out says why,
+// and every later one is refused as a full pool would be: the victim stays, or is
+// recomputed, and training goes on without the pool.
+Status Engine::allocate_host_pool_locked(std::size_t bytes) {
   bytes = (bytes + HostPool::kAlign - 1) / HostPool::kAlign * HostPool::kAlign;
   void* base = backend_->host_alloc(bytes);
   if (!base) {
@@ -96,6 +101,21 @@ Status Engine::set_host_pool(std::size_t bytes) {
   }
   host_pool_.adopt(static_cast<char*>(base), bytes);
   return Status();
+}
+
+Status Engine::set_host_pool(std::size_t bytes, bool at_first_use) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (host_pool_.base() || host_pool_deferred_) return Status();
+  if (bytes < HostPool::kAlign) {
+    return Status::invalid("host pool of " + std::to_string(bytes) +
+                           " bytes is too small: give at least 4 KiB "
+                           "(option host_pool)");
+  }
+  if (at_first_use) {
+    host_pool_deferred_ = bytes;
+    return Status();
+  }
+  return allocate_host_pool_locked(bytes);
 }
 
 Status Engine::ensure_swap_streams_locked() {
@@ -151,6 +171,18 @@ Status Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uin
     return Status(Status::kInvalid,
                   "swap_out of " + format_address(addr) + ": " + std::to_string(bytes) +
                       " bytes asked, but the block holds " + std::to_string(block->size));
+  }
+  if (!host_pool_.base() && host_pool_deferred_) {  // Note [A host pool made at first use]
+    const std::size_t deferred = std::exchange(host_pool_deferred_, 0);
+    if (Status made = allocate_host_pool_locked(deferred); !made.ok()) {
+      host_pool_failure_ = made.message();
+      return Status(Status::kCopyFailed, made.message());
+    }
+  }
+  if (!host_pool_.base() && !host_pool_failure_.empty()) {
+    ++pool_.stats().num_host_pool_full;
+    return Status(Status::kHostPoolFull, "swap_out of " + format_bytes(bytes) +
+                                             ": no host pool (" + host_pool_failure_ + ")");
   }
   if (!host_pool_.base()) {
     return Status(Status::kInvalid,

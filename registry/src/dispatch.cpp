@@ -92,10 +92,10 @@ void pass_through(const c10::OperatorHandle& op, c10::DispatchKeySet below, torc
 // nodes] in backward.cpp): it leaves as a host copy. Not recorded with lineage: a formula
 // reads the op's own result (relu's, tanh's, softmax's) before the op returns and that
 // result becomes a node, so a recording would keep it as a leaf the eviction then empties.
-// Under recompute with a host pool (option host_pool) the same, since such nodes leave
-// through it (the conv net then trained bit-identically at 0.4 of its peak). Under plain
-// recompute they stay resident, and the out-of-memory report says why and what lets
-// them leave (describe_oom).
+// Under recompute with spill on (the default; Note [Spilling under recompute] in
+// evict.cpp) the same, since such nodes leave through the host pool (the conv net then
+// trained bit-identically at 0.4 of its peak). With spill off they stay resident, and the
+// out-of-memory report says why and what lets them leave (describe_oom).
 constexpr int kHearSaves = 1;     // Note [What autograd saves]
 constexpr int kHearTangents = 2;  // Note [Tangents forward-mode AD makes]
 thread_local PYALLOC_HOT_TLS int t_autograd_layer_heard = 0;
@@ -184,13 +184,14 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit:
 // nothing else brings it back. So there a fill that reads no node is remembered as any fill
 // is (Note [Fills a write makes activations] below) and becomes a node only when an op that
 // may make an activation reads or writes it: optimizer state and buffers made by
-// `*_like(parameter)` never do. Under swap and hybrid, and under recompute with a host
-// pool, it stays a node, which can leave as a host copy: a recommender whose Adagrad state
-// is a large part of its memory (tools/user_programs/embedding_bag_sparse) trains at 0.5
-// of its peak under swap and hybrid that way, and ran out of memory when the state could
-// not leave. A fill of an activation's shape (`acc = zeros_like(h)` for `acc += f(h)`) is a
-// node at once under every policy: it is made where the activations are, and a remembered
-// fill that reads a node would hold that node's recording alive for nothing.
+// `*_like(parameter)` never do. Under swap and hybrid, and under recompute with spill on
+// (the default), it stays a node, which can leave as a host copy: a recommender whose
+// Adagrad state is a large part of its memory (tools/user_programs/embedding_bag_sparse)
+// trains at 0.5 of its peak under swap and hybrid that way, and ran out of memory when the
+// state could not leave. A fill of an activation's shape (`acc = zeros_like(h)` for
+// `acc += f(h)`) is a node at once under every policy: it is made where the activations
+// are, and a remembered fill that reads a node would hold that node's recording alive for
+// nothing.
 
 // Note [Fills a write makes activations]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -675,7 +676,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // See Note [What no_grad derives].
   const bool derives = !grad_mode && task == -1 && !used.empty() && !heard_tangent &&
                        !c10::InferenceMode::is_enabled();
-  // Under recompute without a host pool, a fill that reads no node is remembered even when
+  // Under recompute with spill off, a fill that reads no node is remembered even when
   // what it reads requires grad (`full_like(p, 0.1)` reads a parameter's shape): See Note
   // [Fills of a parameter's shape].
   const bool remembered_only = fills && used.empty() && !can_swap_ && !can_relocate_;

@@ -63,14 +63,15 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
         "nor move. A slightly larger budget lets the chain be rebuilt; under swap or hybrid "
         "such activations come back as copies instead.%s",
         replays_in_flight_, static_cast<double>(pinned) / (1 << 20), count,
-        // Such a victim is a copy under a host pool (Registry::route_locked in evict.cpp):
-        // RetinaNet and FCOS under recompute at half their peaks failed in clip_grad_norm_,
-        // restoring a parameter's gradient evicted in backward 31-36 replays deep, and with
-        // host_pool trained, bit-identically (tools/user_programs/tv_detection.py).
+        // Such a victim is a copy with spill on (Note [Spilling under recompute] in
+        // evict.cpp): RetinaNet and FCOS under recompute at half their peaks failed in
+        // clip_grad_norm_, restoring a parameter's gradient evicted in backward 31-36
+        // replays deep, and with a host pool trained, bit-identically
+        // (tools/user_programs/tv_detection.py).
         can_relocate_ ? ""
-                      : " Under recompute, the option host_pool sends a victim whose replay "
-                        "would rebuild this much (a parameter's gradient evicted in backward, "
-                        "say) to host memory instead."));
+                      : " Under recompute, the option spill (off here; on by default) sends a "
+                        "victim whose replay would rebuild this much (a parameter's gradient "
+                        "evicted in backward, say) to host memory instead."));
   }
   if (!can_swap_ && !can_relocate_) {  // else frozen nodes can leave
     // Frozen in a backward pass: not the program's doing (Note [How long a chain may grow]
@@ -84,8 +85,8 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           "recomputed: buffers autograd wrote in place again and again (it sums a gradient "
           "into one buffer from each reader of a tensor: a recurrent network's timesteps, "
           "slices of one tensor), or gradients bound for a parameter's .grad; they stay until "
-          "the pass lets them go. Under swap or hybrid, or with the option host_pool, they "
-          "can leave as host copies.",
+          "the pass lets them go. Under swap or hybrid, or with the option spill (off here; "
+          "on by default), they can leave as host copies.",
           text.empty() ? "" : "\n", static_cast<double>(frozen_in_backward) / (1 << 20),
           backward_count));
     }
@@ -94,8 +95,8 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           line, sizeof line,
           "%s  registry: the program runs forward-mode AD (dual tensors): under recompute the "
           "tangents its ops' formulas make are not recorded and stay resident until the "
-          "program lets them go. With the option host_pool (or policy swap or hybrid) they "
-          "are tracked and can leave as host copies.",
+          "program lets them go. With the option spill (off here; on by default), or policy "
+          "swap or hybrid, they are tracked and can leave as host copies.",
           text.empty() ? "" : "\n"));
     }
     if (saw_subclasses_) {
@@ -103,8 +104,9 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           line, sizeof line,
           "%s  registry: the program's ops run on Python tensor subclasses (nested or jagged "
           "tensors, tensor wrappers): under recompute what they make inside is not recorded "
-          "and stays resident until the program lets it go. With the option host_pool (or "
-          "policy swap or hybrid) it is tracked and can leave as host copies.",
+          "and stays resident until the program lets it go. With the option spill (off here; "
+          "on by default), or policy swap or hybrid, it is tracked and can leave as host "
+          "copies.",
           text.empty() ? "" : "\n"));
     }
     const auto [frozen, count] = resident(
@@ -118,7 +120,8 @@ std::size_t Registry::describe_oom(char* out, std::size_t capacity) {
           "step's outputs, or FSDP's resharding, which frees each gathered parameter with "
           "resize_(0)), so under recompute they stay until the program lets them go. Drop "
           "such outputs before the next step (`del out`); to let them leave, use policy swap "
-          "or hybrid, or set the option host_pool (they then move out through it); with "
+          "or hybrid, or turn the option spill back on (they then move out through the host "
+          "pool); with "
           "FSDP2, fully_shard(..., reshard_after_forward=False) keeps them recomputable.",
           text.empty() ? "" : "\n", static_cast<double>(frozen) / (1 << 20), count));
     }

@@ -504,8 +504,8 @@ void Registry::record_bare_locked(std::int64_t task, KeyList& read_keys,
 // of the inner tensors of its results that none of its arguments held here, and each
 // becomes a node without lineage (as a backward pass's results do: Note [Backward nodes]
 // in backward.cpp): it leaves as a host copy and comes back when the next op on the
-// subclass holds its inner tensors. So under recompute with a host pool (option host_pool);
-// not under plain recompute, where nothing could rebuild it.
+// subclass holds its inner tensors. So under recompute with spill on (the default); not
+// with spill off, where nothing could rebuild it.
 std::size_t Registry::adopt(const c10::StorageImpl* const* keys, std::size_t count) {
   Lock lock(mu_);
   Burial burial(*this, lock);

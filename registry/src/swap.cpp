@@ -46,7 +46,7 @@ bool Registry::swap_out_locked(Node* node) {
       return false;
     }
     ++counters_.swap_failures;  // a copy the device refused: the tensor stays as it was
-    std::fprintf(stderr, "pyalloc: warning: %s; the tensor stays on the device\n",
+    std::fprintf(stderr, "pyalloc: warning: %s; the tensor is not copied out\n",
                  engine_api::last_error().c_str());
     return false;
   }

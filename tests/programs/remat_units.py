@@ -843,7 +843,7 @@ def modifying_a_saved_tensor_in_place_is_still_an_error() -> None:
             y.sum().backward()
 
 
-def _settle_a_pass_without_room(policy: str) -> None:
+def _settle_a_pass_without_room(policy: str, spill: bool = True) -> None:
     # The end of a backward pass restores its evicted survivors to settle them (w.grad
     # here); with no room it leaves them evicted, and that failure is the registry's own:
     # no on_oom callback, no count in num_ooms (Engine.tentative). Read later, with room
@@ -856,7 +856,7 @@ def _settle_a_pass_without_room(policy: str) -> None:
     def step(starve):
         x.grad = w.grad = None
         fillers, seen = [], []
-        with pyalloc.recompute(policy=policy) as reg:
+        with pyalloc.recompute(policy=policy, spill=spill) as reg:
             y = torch.tanh(x @ w)
 
             def starve_the_end_of_the_pass(param):
@@ -897,15 +897,17 @@ def _settle_a_pass_without_room(policy: str) -> None:
     assert still_evicted, "the end of the pass found room: the check did not starve it"
     assert not last_resort, "a gradient its pass left evicted stayed a victim of last resort"
     assert seen == [] and ooms == 0, (seen, ooms)
-    if policy == "recompute":
+    if policy == "recompute" and not spill:
         assert stats["recomputes"] > 0, stats
-    else:   # a bare node: only its host copy holds its contents (Note [Survivors that stay evicted])
+    else:   # a bare node (swap), or one too dear to replay (recompute, spilled): only its
+        # host copy holds its contents (Note [Survivors that stay evicted])
         assert stats["swap_ins"] > 0, stats
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 def settling_a_pass_without_room_is_no_oom_of_the_programs() -> None:
-    _settle_a_pass_without_room("recompute")
+    _settle_a_pass_without_room("recompute", spill=False)
+    _settle_a_pass_without_room("recompute", spill=True)
 
 
 def a_survivor_left_swapped_out_at_the_end_of_a_pass_comes_back() -> None:
@@ -1556,11 +1558,11 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
             reg.check_invariants()
         assert all(torch.equal(a, b) for a, b in zip(got, want)), policy
 
-    with pyalloc.recompute(min_bytes=0):   # plain recompute: the report says why they stay
+    with pyalloc.recompute(min_bytes=0, spill=False):   # the report says why they stay
         with fwAD.dual_level():
             h = fwAD.make_dual(x, v) @ w
             message = _report_of_a_request_past_what_is_free()
-    assert "forward-mode AD (dual tensors)" in message and "host_pool" in message, message
+    assert "forward-mode AD (dual tensors)" in message and "option spill" in message, message
 
 
 def an_efficient_zero_tensor_is_no_node() -> None:
@@ -1639,7 +1641,7 @@ def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None
     # recompute ran out of memory with 47 MiB of frozen activations and a report that blamed
     # fragmentation.
     engine = pyalloc._engine(None)
-    with pyalloc.recompute(min_bytes=0) as reg:
+    with pyalloc.recompute(min_bytes=0, spill=False) as reg:
         p = torch.randn(1024, 1024, requires_grad=True)   # a gathered parameter, 4 MiB
         acts = [torch.tanh(p * (i + 1)) for i in range(3)]  # 12 MiB made from it
         assert all(not reg.node_of(a).frozen for a in acts)
@@ -1657,7 +1659,7 @@ def an_out_of_memory_report_names_what_recompute_can_no_longer_rebuild() -> None
         line = "registry: 12.00 MiB in 3 activations can no longer be recomputed"
         message = str(oom.value)
         assert line in message
-        assert "reshard_after_forward=False" in message and "host_pool" in message
+        assert "reshard_after_forward=False" in message and "option spill" in message
         # The same line reaches what a framework's observer and a later look at the
         # snapshot read (FSDP2's on_oom dict had lacked it).
         assert len(reports) == 1 and line in reports[0]["report"], reports
@@ -1672,7 +1674,7 @@ def an_out_of_memory_report_names_gradients_backward_froze() -> None:
     engine = pyalloc._engine(None)
     x = torch.randn(512, 1024, requires_grad=True)
     messages = []
-    with pyalloc.recompute(min_bytes=0) as reg:
+    with pyalloc.recompute(min_bytes=0, spill=False) as reg:   # with spill, they could leave
         h = x * 2                                           # 2 MiB; its gradient is summed
         parts = [h[:, 64 * i:64 * (i + 1)].tanh() for i in range(16)]   # from 16 slices
 
@@ -1813,8 +1815,9 @@ def torchscript_fuses_nothing_while_a_policy_runs() -> None:
 def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
     # Note [What the registry adds to a report] in registry/src/inspect.cpp: a request that
     # fails inside a replay was blamed on fragmentation (wav2vec2 under recompute at 0.4).
+    # With spill off, so that the report names it as the remedy.
     engine = pyalloc._engine(None)
-    with pyalloc.recompute(min_bytes=0) as reg:
+    with pyalloc.recompute(min_bytes=0, spill=False) as reg:
         x = torch.randn(2048, 2048, requires_grad=True)   # 16 MiB, a leaf
         a = torch.tanh(x * 2)                             # 16 MiB each: nodes
         b = torch.sigmoid(a)
@@ -1831,7 +1834,7 @@ def an_out_of_memory_error_inside_a_replay_says_what_the_replay_pins() -> None:
         message = str(oom.value)
         assert "registry: the request came from a replay 2 deep" in message, message
         assert "16.00 MiB in 1 activations are pinned" in message, message
-        assert "the option host_pool sends a victim" in message, message   # the remedy here
+        assert "the option spill (off here; on by default) sends a victim" in message, message
         assert torch.equal(b, torch.sigmoid(torch.tanh(x * 2)))   # and it trains on
 
 
@@ -1851,14 +1854,15 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
             return tree_map(lambda t: Boxed(t) if isinstance(t, torch.Tensor) else t, out)
 
     x = torch.randn(512, 512)
-    # Under swap, and under recompute with a host pool, it leaves as a host copy; under
-    # plain recompute nothing could rebuild it: no node.
-    for policy, host_pool in (("swap", 64 << 20), ("recompute", 64 << 20), ("recompute", 0)):
-        with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=host_pool) as reg:
+    # Under swap, and under recompute with spill on (the default), it leaves as a host copy;
+    # with spill off nothing could rebuild it: no node.
+    for policy, spill in (("swap", True), ("recompute", True), ("recompute", False)):
+        with pyalloc.recompute(min_bytes=0, policy=policy, spill=spill,
+                               host_pool=64 << 20 if spill else 0) as reg:
             boxed = Boxed(x.clone())
             y = boxed * 2                    # y._data: made inside the subclass's op
             node = reg.node_of(y._data)
-            if not host_pool:
+            if not spill:
                 assert node is None
                 continue
             assert node is not None and reg.node_of(boxed._data) is None   # the argument's stays
@@ -1867,10 +1871,10 @@ def what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back() -> None
             assert not node.evicted
             assert torch.equal(z._data, x * 2 + 1)
 
-    with pyalloc.recompute(min_bytes=0):   # plain recompute: the report says why they stay
+    with pyalloc.recompute(min_bytes=0, spill=False):   # the report says why they stay
         y = Boxed(x.clone()) * 2
         message = _report_of_a_request_past_what_is_free()
-    assert "Python tensor subclasses" in message and "host_pool" in message, message
+    assert "Python tensor subclasses" in message and "option spill" in message, message
 
 
 def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
@@ -1898,16 +1902,17 @@ def small_nodes_do_not_change_which_large_activations_are_evicted() -> None:
 def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
     # Note [Fills of a parameter's shape] in registry/src/dispatch.cpp: Adagrad makes its state
     # with full_like(p, ...) in its constructor, with grad mode on; those sums became nodes
-    # that froze under the optimizer's writes. Under recompute without a host pool a fill of
-    # a parameter's shape is remembered now, and a node only once an op that may make an
-    # activation reads or writes it; under swap and hybrid it stays a node that can leave.
+    # that froze under the optimizer's writes. Under recompute with spill off a fill of a
+    # parameter's shape is remembered now, and a node only once an op that may make an
+    # activation reads or writes it; under swap and hybrid, and recompute with spill on, it
+    # stays a node that can leave.
     torch.manual_seed(0)
     x = torch.randn(256, 256)
 
     def train(policy):
         torch.manual_seed(1)
         model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256))
-        ctx = pyalloc.recompute(min_bytes=0) if policy else contextlib.nullcontext()
+        ctx = pyalloc.recompute(min_bytes=0, spill=False) if policy else contextlib.nullcontext()
         with ctx as reg:
             opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
             sums = [opt.state[p]["sum"] for p in model.parameters()]
@@ -1937,7 +1942,7 @@ def a_fill_of_a_parameters_shape_is_remembered_not_a_node() -> None:
     assert torch.equal(want_losses, got_losses)
     assert all(torch.equal(a, b) for a, b in zip(want_params, got_params))
     # Where a node can leave as a host copy, the state is one (it may then leave).
-    for policy in ("swap", "hybrid"):
+    for policy in ("swap", "hybrid", "recompute"):
         with pyalloc.recompute(min_bytes=0, policy=policy, host_pool=64 << 20) as reg:
             p = torch.nn.Parameter(torch.randn(256, 256))
             state = torch.full_like(p, 0.1)
