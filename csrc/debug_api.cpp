@@ -90,6 +90,13 @@ int pyalloc_sim_fail_copies(pyalloc_engine* engine, unsigned count) {
   return 0;
 }
 
+int pyalloc_sim_fail_host_commits(pyalloc_engine* engine, unsigned count) {
+  pyalloc::HostBackend* host = host_backend(engine);
+  if (!host) return fail("pyalloc_sim_fail_host_commits needs an engine on the simulated device");
+  host->fail_next_host_commits(count);
+  return 0;
+}
+
 int pyalloc_stress(pyalloc_engine* engine, int threads, uint64_t ops, uint64_t seed,
                    size_t max_size, uint64_t check_every) {
   if (!engine) return fail("engine handle is NULL");

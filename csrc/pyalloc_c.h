@@ -228,6 +228,8 @@ PYALLOC_API int pyalloc_sim_fill_async(pyalloc_engine* engine, uintptr_t stream,
 PYALLOC_API int pyalloc_sim_set_stream_delay(pyalloc_engine* engine, uintptr_t stream, unsigned delay_us);
 /* Simulated device only: the next `count` async copies fail to start (fault injection). */
 PYALLOC_API int pyalloc_sim_fail_copies(pyalloc_engine* engine, unsigned count);
+/* The next `count` times a host pool made at first use grows, the growth fails. */
+PYALLOC_API int pyalloc_sim_fail_host_commits(pyalloc_engine* engine, unsigned count);
 /* Multi-threaded randomized stress: `threads` threads doing `ops` operations in total,
  * sizes log-uniform in [1, max_size], every block pattern-checked before it is freed,
  * the lifetime phase flipped now and then from any thread, invariants checked every

@@ -104,6 +104,7 @@ _SIGNATURES = {
     "pyalloc_sim_fill_async": (_c.c_int, [_engine_p, _c.c_size_t, _c.c_void_p, _c.c_size_t, _c.c_int]),
     "pyalloc_sim_set_stream_delay": (_c.c_int, [_engine_p, _c.c_size_t, _c.c_uint]),
     "pyalloc_sim_fail_copies": (_c.c_int, [_engine_p, _c.c_uint]),
+    "pyalloc_sim_fail_host_commits": (_c.c_int, [_engine_p, _c.c_uint]),
     "pyalloc_stress": (_c.c_int, [_engine_p, _c.c_int, _c.c_uint64, _c.c_uint64, _c.c_size_t, _c.c_uint64]),
     "pyalloc_bench_pairs": (
         _c.c_int,

@@ -192,6 +192,12 @@ class Engine:
         """Simulated device: the next ``count`` async copies fail to start (fault tests)."""
         _check(_lib.lib().pyalloc_sim_fail_copies(self.handle, _byte_count("count", count)))
 
+    def fail_host_commits(self, count: int) -> None:
+        """Simulated device: the next ``count`` growths of a host pool made at first use
+        fail, as pinning more host memory can on CUDA (fault tests)."""
+        _check(_lib.lib().pyalloc_sim_fail_host_commits(self.handle,
+                                                        _byte_count("count", count)))
+
     # --- swap (allocator/src/swap.h; used by the tensor registry) ----------------------
     def set_host_pool(self, nbytes: int, at_first_use: bool = False) -> None:
         """Allocates the host pool for swapped-out copies, once (pinned on CUDA). Later

@@ -129,15 +129,16 @@ def test_recompute_relocates_what_it_cannot_recompute_through_the_host_pool():
     # With spill off there is no pool: OOM.
     without = run_program("relocate_through_host_pool", "--no-spill")
     assert "oom" in without and "moved 0" in without and "intact True" in without
-    assert "host pool 0" in without
+    assert "host pool 0 usable 0" in without
     default = run_program("relocate_through_host_pool")
     assert "served" in default and "moved 1" in default and "intact True" in default
     host_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     expected = -(-min(2 << 30, host_ram // 16) // 4096) * 4096   # in 4 KiB units
-    assert f"host pool {expected}" in default
+    piece = max(64 << 20, -(-(expected // 32) // 4096) * 4096)    # one piece made usable
+    assert f"host pool {expected} usable {piece}" in default, default
     with_pool = run_program("relocate_through_host_pool", "--host-pool", 16 << 20)
     assert "served" in with_pool and "moved 1" in with_pool and "intact True" in with_pool
-    assert f"host pool {16 << 20}" in with_pool
+    assert f"host pool {16 << 20} usable {16 << 20}" in with_pool   # all one piece
 
 
 @pytest.mark.parametrize("keep", [False, True])
@@ -529,7 +530,7 @@ def check_compaction_moves_frozen_storages(device: str) -> None:
 
 @pytest.mark.slow
 def test_compaction_moves_frozen_storages_with_their_contents_and_views():
-    # Under recompute with no host pool a frozen storage cannot leave the device; when it
+    # Under recompute with spill off a frozen storage cannot leave the device; when it
     # is all that stands between 1.5 MiB holes and a 4 MiB request, compaction moves it
     # within the device: a new address, the same bytes, every view following, no version
     # bump. With the option off the same request is an OOM.

@@ -120,6 +120,69 @@ def test_bad_swap_arguments_name_the_problem(make_engine):
         engine.free(ptr)
 
 
+def test_a_pool_made_at_first_use_grows_as_copies_reach_into_it(make_engine):
+    # Note [A host pool made at first use] (allocator/src/swap.cpp): recompute's spill pool
+    # holds nothing until the first swap-out, then becomes usable in pieces (64 MiB at
+    # least) as far as copies reach, so a program that spills little pins little on CUDA.
+    engine = make_engine(budget="512MiB")
+    engine.set_host_pool(1 << 30, at_first_use=True)
+    assert engine.stats()["host_pool_bytes"] == 0 and engine.stats()["host_pool_usable_bytes"] == 0
+    engine.set_host_pool(4 * MiB)   # a later call keeps the size given first
+    blocks = [engine.alloc(40 * MiB) for _ in range(3)]
+    for i, p in enumerate(blocks):
+        fill(p, 40 * MiB, i + 1)
+    first = engine.swap_out(blocks[0], 40 * MiB)
+    stats = engine.stats()
+    assert stats["host_pool_bytes"] == 1 << 30 and stats["host_pool_usable_bytes"] == 64 * MiB
+    second = engine.swap_out(blocks[1], 40 * MiB)   # reaches to 80 MiB: one piece more
+    assert engine.stats()["host_pool_usable_bytes"] == 128 * MiB
+    engine.synchronize()
+    engine.swap_release(first)
+    third = engine.swap_out(blocks[2], 40 * MiB)    # best fit takes the freed low end
+    assert engine.stats()["host_pool_usable_bytes"] == 128 * MiB
+    for p, slot, value in ((blocks[1], second, 2), (blocks[2], third, 3)):
+        fill(p, 40 * MiB, 0)
+        engine.swap_in(slot, p)
+        engine.swap_wait(slot)
+        assert holds(p, 40 * MiB, value)
+        engine.swap_release(slot)
+    engine.synchronize()
+    for p in blocks:
+        engine.free(p)
+
+
+def test_a_pool_that_cannot_grow_refuses_copies_and_keeps_what_it_has(make_engine):
+    # The host cannot pin more (injected): the swap-out that needed the growth says why, as
+    # a failed copy; later ones are refused quietly as a full pool's; copies inside what is
+    # usable still work, and nothing is lost.
+    engine = make_engine(budget="512MiB")
+    engine.set_host_pool(1 << 30, at_first_use=True)
+    blocks = [engine.alloc(40 * MiB) for _ in range(3)]
+    for i, p in enumerate(blocks):
+        fill(p, 40 * MiB, i + 1)
+    kept = engine.swap_out(blocks[0], 40 * MiB)
+    engine.fail_host_commits(1)
+    with pytest.raises(SwapCopyError, match="64.00 MiB usable and growing it to 128.00 MiB "
+                                            "failed: .*injected failure.*set the option host_pool"):
+        engine.swap_out(blocks[1], 40 * MiB)
+    with pytest.raises(HostPoolFullError, match="could not grow past 64.00 MiB earlier"):
+        engine.swap_out(blocks[1], 40 * MiB)
+    stats = engine.stats()
+    assert stats["host_pool_usable_bytes"] == 64 * MiB and stats["num_host_pool_full"] == 1
+    assert stats["host_pool_used_bytes.current"] == 40 * MiB   # only the first copy holds any
+    small = engine.swap_out(blocks[2], 20 * MiB)   # fits in what is usable: still works
+    engine.synchronize()
+    for p, slot, value, n in ((blocks[0], kept, 1, 40 * MiB), (blocks[2], small, 3, 20 * MiB)):
+        fill(p, n, 0)
+        engine.swap_in(slot, p)
+        engine.swap_wait(slot)
+        assert holds(p, n, value)
+        engine.swap_release(slot)
+    engine.synchronize()
+    for p in blocks:
+        engine.free(p)
+
+
 def test_a_refused_copy_changes_nothing(make_engine):
     engine = make_engine()
     engine.set_host_pool(4 * MiB)

@@ -132,6 +132,20 @@ class Backend {
   // Called once per engine, never on the swap path: pinning is slow and may synchronize.
   virtual void* host_alloc(std::size_t bytes) = 0;
   virtual void host_free(void* ptr, std::size_t bytes) = 0;
+  // A host pool that becomes usable piece by piece (Note [A host pool made at first use] in
+  // swap.cpp): host_reserve returns its address space (nullptr: failed, last_error says
+  // why); host_commit makes [base + offset, base + offset + bytes) usable by copies at full
+  // speed (pinned on CUDA; it may synchronize); host_unreserve gives it all back, the first
+  // `committed` bytes having been committed in pieces of `chunk` (the last maybe shorter).
+  // The defaults reserve with host_alloc, so all of it is usable at once.
+  virtual void* host_reserve(std::size_t bytes) { return host_alloc(bytes); }
+  virtual bool host_commit(void* /*base*/, std::size_t /*offset*/, std::size_t /*bytes*/) {
+    return true;
+  }
+  virtual void host_unreserve(void* base, std::size_t bytes, std::size_t /*chunk*/,
+                              std::size_t /*committed*/) {
+    host_free(base, bytes);
+  }
 };
 
 }  // namespace pyalloc

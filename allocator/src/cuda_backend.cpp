@@ -12,8 +12,11 @@
 #include "cuda_driver.h"  // Note [Declaring the driver API ourselves]
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,8 +45,11 @@ namespace {
   X(cuMemFreeHost)
 // Only used for messages and teardown, and to see a capture; a driver without them still
 // works.
-#define PYALLOC_OPTIONAL_FNS(X) \
-  X(cuGetErrorString) X(cuGetErrorName) X(cuDevicePrimaryCtxRelease_v2) X(cuStreamIsCapturing)
+// cuMemHostRegister_v2 and cuMemHostUnregister let a host pool made at first use grow (Note
+// [A host pool made at first use] in swap.cpp); without them it is pinned whole instead.
+#define PYALLOC_OPTIONAL_FNS(X)                                                               \
+  X(cuGetErrorString) X(cuGetErrorName) X(cuDevicePrimaryCtxRelease_v2) X(cuStreamIsCapturing) \
+  X(cuMemHostRegister_v2) X(cuMemHostUnregister)
 
 struct Driver {
 #define PYALLOC_MEMBER(f) decltype(&::f) f = nullptr;
@@ -365,6 +371,42 @@ class CudaBackend final : public Backend {
     if (ptr == nullptr) return;
     ContextGuard guard(d_, ctx_);
     check(d_.cuMemFreeHost(ptr), "cuMemFreeHost");
+  }
+
+  // A pool that grows: plain address space, page-locked piece by piece with
+  // cuMemHostRegister (PORTABLE, as host_alloc's), which pins the pages it is given; copies
+  // from it are DMA as from host_alloc's. Without the two entry points (a driver older
+  // than CUDA 4.0), the whole pool is pinned at once.
+  void* host_reserve(std::size_t bytes) override {
+    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return host_alloc(bytes);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      t_last_error = "mmap of " + std::to_string(bytes) + " bytes for the host pool: " +
+                     std::strerror(errno);
+      return nullptr;
+    }
+    return p;
+  }
+
+  bool host_commit(void* base, std::size_t offset, std::size_t bytes) override {
+    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return true;  // pinned whole
+    ContextGuard guard(d_, ctx_);
+    return check(d_.cuMemHostRegister_v2(static_cast<char*>(base) + offset, bytes,
+                                         CU_MEMHOSTREGISTER_PORTABLE),
+                 "cuMemHostRegister", bytes);
+  }
+
+  void host_unreserve(void* base, std::size_t bytes, std::size_t chunk,
+                      std::size_t committed) override {
+    if (base == nullptr) return;
+    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return host_free(base, bytes);
+    {
+      ContextGuard guard(d_, ctx_);
+      for (std::size_t at = 0; at < committed; at += chunk)
+        check(d_.cuMemHostUnregister(static_cast<char*>(base) + at), "cuMemHostUnregister");
+    }
+    munmap(base, bytes);
   }
 
  private:

@@ -67,6 +67,7 @@ enum CUstreamCaptureStatus : unsigned int {
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned int CU_MEMHOSTALLOC_PORTABLE = 0x01;
+constexpr unsigned int CU_MEMHOSTREGISTER_PORTABLE = 0x01;
 
 // --- structs (virtual memory management) -------------------------------------------------
 
@@ -131,5 +132,7 @@ CUresult cuEventSynchronize(CUevent event);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
 CUresult cuMemHostAlloc(void** pointer, std::size_t bytes, unsigned int flags);
 CUresult cuMemFreeHost(void* pointer);
+CUresult cuMemHostRegister_v2(void* pointer, std::size_t bytes, unsigned int flags);
+CUresult cuMemHostUnregister(void* pointer);
 CUresult cuGetErrorString(CUresult error, const char** text);
 CUresult cuGetErrorName(CUresult error, const char** name);

@@ -13,6 +13,8 @@
 // cuda.h defines this flag as a macro, which would rewrite the declaration of the same name.
 constexpr unsigned int kToolkitMemHostAllocPortable = CU_MEMHOSTALLOC_PORTABLE;
 #undef CU_MEMHOSTALLOC_PORTABLE
+constexpr unsigned int kToolkitMemHostRegisterPortable = CU_MEMHOSTREGISTER_PORTABLE;
+#undef CU_MEMHOSTREGISTER_PORTABLE
 
 namespace declared {
 #include "cuda_driver.h"
@@ -92,6 +94,8 @@ PYALLOC_SAME_VALUE(CU_EVENT_DISABLE_TIMING)
 #undef PYALLOC_SAME_VALUE
 static_assert(declared::CU_MEMHOSTALLOC_PORTABLE == kToolkitMemHostAllocPortable,
               "CU_MEMHOSTALLOC_PORTABLE: value differs");
+static_assert(declared::CU_MEMHOSTREGISTER_PORTABLE == kToolkitMemHostRegisterPortable,
+              "CU_MEMHOSTREGISTER_PORTABLE: value differs");
 
 // --- functions ---------------------------------------------------------------------------
 // The two declarations name different types (declared::CUresult, ::CUresult), so a function's
@@ -191,6 +195,8 @@ PYALLOC_SAME_SIGNATURE(cuEventSynchronize)
 PYALLOC_SAME_SIGNATURE(cuMemcpyAsync)
 PYALLOC_SAME_SIGNATURE(cuMemHostAlloc)
 PYALLOC_SAME_SIGNATURE(cuMemFreeHost)
+PYALLOC_SAME_SIGNATURE(cuMemHostRegister_v2)
+PYALLOC_SAME_SIGNATURE(cuMemHostUnregister)
 PYALLOC_SAME_SIGNATURE(cuGetErrorString)
 PYALLOC_SAME_SIGNATURE(cuGetErrorName)
 #undef PYALLOC_SAME_SIGNATURE

@@ -45,7 +45,12 @@ Engine::~Engine() {
   reap_slots_locked(/*wait=*/true);
   if (to_host_stream_) backend_->destroy_stream(to_host_stream_);
   if (to_device_stream_) backend_->destroy_stream(to_device_stream_);
-  if (host_pool_.base()) backend_->host_free(host_pool_.base(), host_pool_.capacity());
+  if (host_pool_.base() && host_pool_chunk_) {
+    backend_->host_unreserve(host_pool_.base(), host_pool_.capacity(), host_pool_chunk_,
+                             host_pool_committed_);
+  } else if (host_pool_.base()) {
+    backend_->host_free(host_pool_.base(), host_pool_.capacity());
+  }
   for (EventId e : spare_events_) backend_->destroy_event(e);
 }
 
@@ -294,10 +299,10 @@ std::string Engine::stats_json() {
   char extra[384];
   std::snprintf(extra, sizeof extra,
                 "\"budget_bytes\":%zu,\"device_total_bytes\":%zu,\"pending_frees\":%zu,"
-                "\"host_pool_bytes\":%zu,\"swap_slots\":%zu,\"retired_stitched_ranges\":%zu,"
-                "\"kept_stitched_ranges\":%zu",
-                budget_, device_total_, pending_.size(), host_pool_.capacity(), slots_.size(),
-                retired_ranges_.size(), kept_ranges_.size());
+                "\"host_pool_bytes\":%zu,\"host_pool_usable_bytes\":%zu,\"swap_slots\":%zu,"
+                "\"retired_stitched_ranges\":%zu,\"kept_stitched_ranges\":%zu",
+                budget_, device_total_, pending_.size(), host_pool_.capacity(),
+                host_pool_committed_, slots_.size(), retired_ranges_.size(), kept_ranges_.size());
   return pyalloc::stats_json(pool_.stats(), pool_.fragmentation(), extra);
 }
 

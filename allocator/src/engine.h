@@ -458,7 +458,9 @@ class Engine {
   // cannot be recorded, waits for the copy instead and leaves *event 0 (complete).
   void mark_done_locked(EventId* event, StreamId copy_stream);
   std::string host_pool_report_locked() const;
-  Status allocate_host_pool_locked(std::size_t bytes);
+  Status allocate_host_pool_locked(std::size_t bytes, bool grows);
+  // Commits the pool up to `end` bytes; false (and *why) when it cannot grow that far.
+  bool grow_host_pool_locked(std::size_t end, std::string* why);
 
   const std::unique_ptr<Backend> backend_;
   const Options options_;
@@ -512,6 +514,11 @@ class Engine {
   HostPool host_pool_;                                  // guarded by mutex_
   std::size_t host_pool_deferred_ = 0;  // bytes to allocate at the first swap_out; mutex_
   std::string host_pool_failure_;       // why that allocation failed, if it did; mutex_
+  // A pool made at first use grows: its first host_pool_committed_ bytes are usable, in
+  // pieces of host_pool_chunk_ (0: all of it was usable at once). mutex_
+  std::size_t host_pool_chunk_ = 0;
+  std::size_t host_pool_committed_ = 0;
+  bool host_pool_growth_failed_ = false;  // a commit failed: it grows no more; mutex_
   std::unordered_map<std::uint64_t, SwapSlot> slots_;   // guarded by mutex_
   std::vector<SwapSlot> releasing_;  // guarded by mutex_; released, copies in flight
   std::uint64_t next_slot_ = 1;      // guarded by mutex_

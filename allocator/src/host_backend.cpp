@@ -524,4 +524,17 @@ void HostBackend::host_free(void* ptr, std::size_t bytes) {
   if (ptr) munmap(ptr, bytes);
 }
 
+bool HostBackend::host_commit(void* /*base*/, std::size_t offset, std::size_t bytes) {
+  unsigned failing = failing_commits_.load();
+  while (failing > 0 && !failing_commits_.compare_exchange_weak(failing, failing - 1)) {
+  }
+  if (failing > 0) {
+    set_error("host_commit of " + std::to_string(bytes) + " bytes at offset " +
+              std::to_string(offset) + " failed: injected failure (test hook "
+              "pyalloc_sim_fail_host_commits)");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace pyalloc

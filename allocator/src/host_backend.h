@@ -73,6 +73,9 @@ class HostBackend final : public Backend {
                     StreamId stream) override;
   void* host_alloc(std::size_t bytes) override;
   void host_free(void* ptr, std::size_t bytes) override;
+  // Reserved memory is committed by the kernel page by page as copies touch it; a commit
+  // only checks the test hook.
+  bool host_commit(void* base, std::size_t offset, std::size_t bytes) override;
 
   // --- test doubles (reachable through the debug C API, not used by the engine) ---
   // Runs `work` on `stream` in order with its other work (synchronously on stream 0).
@@ -81,6 +84,8 @@ class HostBackend final : public Backend {
   bool set_stream_delay_us(StreamId stream, unsigned microseconds);
   // The next `count` memcpy_async calls fail as a device would refuse a copy.
   void fail_next_copies(unsigned count) { failing_copies_.store(count); }
+  // The next `count` host_commit calls fail (a host that cannot pin more; tests).
+  void fail_next_host_commits(unsigned count) { failing_commits_.store(count); }
 
   static constexpr std::size_t kChunk = std::size_t{2} << 20;
 
@@ -109,6 +114,7 @@ class HostBackend final : public Backend {
   std::unordered_map<StreamId, std::unique_ptr<HostStream>> streams_;
 
   std::atomic<unsigned> failing_copies_{0};  // fail_next_copies
+  std::atomic<unsigned> failing_commits_{0};  // fail_next_host_commits
 };
 
 }  // namespace pyalloc

@@ -1,5 +1,7 @@
 // swap.cpp — the host pool, and the engine's swap operations (see swap.h for the ordering).
+#include <algorithm>
 #include <iterator>
+#include <string>
 #include <utility>
 
 #include "engine.h"
@@ -84,23 +86,54 @@ void add_stream_use(Block* block, StreamId stream) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Under policy recompute the host pool only takes what cannot be recomputed within the
 // budget (option spill; Note [Spilling under recompute] in registry/src/evict.cpp), which
-// most programs never meet. Allocated when the policy starts, it would pin host memory on
-// CUDA (cuMemHostAlloc: RAM taken from everything else, and a pause of its own) for every
-// program that turns recompute on. So the registry gives its size at start and the engine
-// allocates it at the first swap_out, under the engine's lock, once. Should that
-// allocation fail (the host is short of memory it can pin), the first swap_out says why,
-// and every later one is refused as a full pool would be: the victim stays, or is
-// recomputed, and training goes on without the pool.
-Status Engine::allocate_host_pool_locked(std::size_t bytes) {
+// most programs never meet, and then often far less than its size. Allocated whole when
+// the policy starts, it would pin host memory on CUDA (cuMemHostAlloc: RAM taken from
+// everything else, and a pause that synchronizes the device) for every program that turns
+// recompute on, as much as the budget each. So the registry gives its size at start, and
+// the engine reserves that much address space at the first swap_out (under the engine's
+// lock, once) and makes it usable piece by piece as copies reach further into it
+// (Backend::host_commit: cuMemHostRegister on CUDA, in pieces of a 32nd of the pool and at
+// least 64 MiB, so a pool grows in a bounded number of pauses; nothing on the simulated
+// device, whose reserve the kernel commits as it is touched). Best fit hands out the low
+// end first, so what is usable follows the most the program has spilled at once.
+// Should the reserve fail, the first swap_out says why, and every later one is refused as
+// a full pool would be; should a piece fail to commit (the host is short of memory it can
+// pin), that swap_out says why and the pool grows no further. Either way the victim stays,
+// or is recomputed, and training goes on with what the pool has.
+constexpr std::size_t kMinHostChunk = std::size_t{64} << 20;
+
+Status Engine::allocate_host_pool_locked(std::size_t bytes, bool grows) {
   bytes = (bytes + HostPool::kAlign - 1) / HostPool::kAlign * HostPool::kAlign;
-  void* base = backend_->host_alloc(bytes);
+  void* base = grows ? backend_->host_reserve(bytes) : backend_->host_alloc(bytes);
   if (!base) {
     return Status::invalid("could not allocate a host pool of " + format_bytes(bytes) +
                            " for swapping: " + backend_->last_error() +
                            "; lower the option host_pool");
   }
   host_pool_.adopt(static_cast<char*>(base), bytes);
+  host_pool_chunk_ = grows ? HostPool::rounded(std::max(kMinHostChunk, bytes / 32)) : 0;
+  host_pool_committed_ = grows ? 0 : bytes;
   return Status();
+}
+
+bool Engine::grow_host_pool_locked(std::size_t end, std::string* why) {
+  if (end <= host_pool_committed_) return true;
+  if (host_pool_growth_failed_) {
+    *why = "it could not grow past " + format_bytes(host_pool_committed_) + " earlier";
+    return false;
+  }
+  while (host_pool_committed_ < end) {
+    const std::size_t piece =
+        std::min(host_pool_chunk_, host_pool_.capacity() - host_pool_committed_);
+    if (!backend_->host_commit(host_pool_.base(), host_pool_committed_, piece)) {
+      host_pool_growth_failed_ = true;
+      *why = "growing it to " + format_bytes(host_pool_committed_ + piece) + " failed: " +
+             backend_->last_error();
+      return false;
+    }
+    host_pool_committed_ += piece;
+  }
+  return true;
 }
 
 Status Engine::set_host_pool(std::size_t bytes, bool at_first_use) {
@@ -115,7 +148,7 @@ Status Engine::set_host_pool(std::size_t bytes, bool at_first_use) {
     host_pool_deferred_ = bytes;
     return Status();
   }
-  return allocate_host_pool_locked(bytes);
+  return allocate_host_pool_locked(bytes, /*grows=*/false);
 }
 
 Status Engine::ensure_swap_streams_locked() {
@@ -154,8 +187,11 @@ SwapSlot* Engine::find_slot_locked(std::uint64_t slot, const char* what, Status*
 
 std::string Engine::host_pool_report_locked() const {
   return "host pool " + format_bytes(host_pool_.used()) + " used of " +
-         format_bytes(host_pool_.capacity()) + " (" + std::to_string(slots_.size()) +
-         " swapped copies, largest free range " + format_bytes(host_pool_.largest_free()) + ")";
+         format_bytes(host_pool_.capacity()) +
+         (host_pool_chunk_ ? " (" + format_bytes(host_pool_committed_) + " of it usable so far)"
+                           : std::string()) +
+         " (" + std::to_string(slots_.size()) + " swapped copies, largest free range " +
+         format_bytes(host_pool_.largest_free()) + ")";
 }
 
 Status Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uint64_t* slot_id) {
@@ -174,7 +210,7 @@ Status Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uin
   }
   if (!host_pool_.base() && host_pool_deferred_) {  // Note [A host pool made at first use]
     const std::size_t deferred = std::exchange(host_pool_deferred_, 0);
-    if (Status made = allocate_host_pool_locked(deferred); !made.ok()) {
+    if (Status made = allocate_host_pool_locked(deferred, /*grows=*/true); !made.ok()) {
       host_pool_failure_ = made.message();
       return Status(Status::kCopyFailed, made.message());
     }
@@ -205,6 +241,16 @@ Status Engine::swap_out(void* ptr, std::size_t bytes, StreamId compute, std::uin
     return Status(Status::kHostPoolFull, "swap_out of " + format_bytes(bytes) + ": the " +
                                              host_pool_report_locked() +
                                              " has no room; raise the option host_pool");
+  }
+  const bool grew_before = !host_pool_growth_failed_;
+  if (std::string why; !grow_host_pool_locked(offset + HostPool::rounded(bytes), &why)) {
+    host_pool_.release(offset, bytes);
+    const bool first = grew_before;  // the failure is said once; later refusals are quiet
+    if (!first) ++pool_.stats().num_host_pool_full;
+    return Status(first ? Status::kCopyFailed : Status::kHostPoolFull,
+                  "swap_out of " + format_bytes(bytes) + ": the host pool made at first use " +
+                      "has " + format_bytes(host_pool_committed_) + " usable and " + why +
+                      "; set the option host_pool lower, or free host memory");
   }
   // The copy reads what the compute stream wrote: start it after that work.
   bool ok = order_after_locked(to_host_stream_, compute);

@@ -596,7 +596,7 @@ void Registry::run_op(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   // [Backward nodes] in backward.cpp.
   // Note [What a subclass's op returns]: a plain result of an op on a Python subclass too.
   // Note [Tangents forward-mode AD makes]: what a tangent formula makes too (and under
-  // recompute with a host pool).
+  // recompute with spill on).
   const bool bare = subclass_made ||
                     (!foreign && !info.aliases_only &&
                      ((can_swap_ && !grad_mode && task != -1) || (can_relocate_ && heard_tangent)));

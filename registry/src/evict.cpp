@@ -178,10 +178,10 @@ double Registry::eviction_cost_locked(const Node* node) const {
 // resort, and whose replay then often ran out of memory many levels deep. A gradient of
 // the residual stream late in BERT's backward is the second kind: its replay runs back
 // through the attention's backward into the forward, 17–31 levels, and BERT's least
-// budget was twice its floor for it. With spill on (the default since 2026-11-30) both
-// leave as copies in the host pool instead (route kSwap), priced at kRelocatePenalty times
-// their bytes so the engine takes anything recomputable first; they come back with one
-// copy, as under swap, bit for bit. The pool is allocated at the first spill (Note [A host
+// budget was twice its floor for it. With spill on (the default since the thirty-first
+// session, 2026-11-29) both leave as copies in the host pool instead (route kSwap), priced
+// at kRelocatePenalty times their bytes so the engine takes anything recomputable first;
+// they come back with one copy, as under swap, bit for bit. The pool is allocated at the first spill (Note [A host
 // pool made at first use] in allocator/src/swap.cpp), so a program that never spills
 // holds no host memory. When the pool has no room, a victim too dear to replay is dropped
 // after all, as it is with spill off. Measured (tools/bench_remat.py, the zoo, window,

@@ -16,7 +16,7 @@ namespace pyalloc::registry {
 // The engine's report sees blocks: evictable, or not. Under recompute, activations whose
 // lineage was cut (frozen: what they were made from was freed, resized or written where
 // the registry could not follow) are resident nodes that can neither be recomputed nor,
-// without a host pool, move, and to the engine they look like parameters. FSDP2 under
+// with spill off, move, and to the engine they look like parameters. FSDP2 under
 // recompute ran out of memory at 0.5 of its peak with 47 MiB of them and 128 KiB evictable,
 // and the report blamed fragmentation: resharding frees each gathered parameter with
 // `resize_(0)`, which freezes everything recorded from it (Note [Storages resized outside

@@ -5,8 +5,8 @@ tests/test_frag.py (``--device cpu``, the simulated device) and tests/test_gpu.p
 
     python tests/programs/compaction.py --device cpu --compact true
 
-Under recompute with no host pool, frozen storages (chains of in-place ops too long to
-replay, never evicted) sit between 1.5 MiB holes, and the rest of the budget is filled; a
+Under recompute with spill off (no host pool), frozen storages (chains of in-place ops too
+long to replay, never evicted) sit between 1.5 MiB holes, and the rest of the budget is filled; a
 4 MiB request then fits only if one of them moves. It prints ``served`` or ``oom``,
 ``relocations <engine's count> <registry's count>``, ``moved <storages at a new
 address>`` and ``intact <contents, views, view offsets and version counters kept>``.
@@ -34,7 +34,7 @@ def main() -> None:
     w = torch.randn(3 * MiB // 8, device=dev, requires_grad=True)   # 1.5 MiB
     # The rest of its segment, held to the end.
     pad = torch.empty(37 * MiB // 2, dtype=torch.uint8, device=dev)  # noqa: F841
-    with pyalloc.recompute(min_bytes=0) as reg:
+    with pyalloc.recompute(min_bytes=0, spill=False) as reg:   # no host pool to leave through
         parts = []
         for i in range(13):
             p = w * float(i)

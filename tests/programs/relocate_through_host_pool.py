@@ -46,7 +46,8 @@ def main() -> None:
         except torch.OutOfMemoryError:
             print("oom")
         print("moved", reg.stats().get("swap_outs", 0))
-        print("host pool", engine.stats()["host_pool_bytes"])
+        print("host pool", engine.stats()["host_pool_bytes"],
+              "usable", engine.stats()["host_pool_usable_bytes"])
         print("intact", torch.equal(a, want) and torch.equal(view, want_view))
         engine.set_budget(2 << 30)
         pyalloc.check_invariants()

@@ -1531,7 +1531,7 @@ def a_tangent_forward_mode_ad_makes_leaves_as_a_host_copy() -> None:
     # tangents were never nodes and a conv net with a JVP regulariser ran out of memory
     # under every policy with nothing evictable. Under swap and hybrid, and under recompute
     # with a host pool, they are nodes without lineage now, which leave and come back bit for
-    # bit. Under plain recompute they stay, and an out-of-memory report says so.
+    # bit. With spill off they stay, and an out-of-memory report says so.
     import torch.autograd.forward_ad as fwAD
     torch.manual_seed(0)
     w = torch.randn(256, 256, requires_grad=True)

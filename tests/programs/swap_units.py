@@ -106,8 +106,9 @@ def bad_policy_arguments_name_the_problem() -> None:
 
 def what_an_op_on_a_subclass_returns_leaves_as_a_host_copy() -> None:
     # Note [What a subclass's op returns] in registry/src/dispatch.cpp: a float8-style
-    # subclass whose matmul returns its output upcast, as a plain tensor. Under swap that
-    # output is a node without lineage; under recompute it stays what it was, no node.
+    # subclass whose matmul returns its output upcast, as a plain tensor. Under swap, and
+    # recompute with spill on, that output is a node without lineage; with spill off it
+    # stays what it was, no node.
     from torch.utils._pytree import tree_map
 
     class Scaled(torch.Tensor):
@@ -129,12 +130,13 @@ def what_an_op_on_a_subclass_returns_leaves_as_a_host_copy() -> None:
     a = torch.randn(256, 256)
     w = Scaled(torch.randn(256, 256).to(torch.bfloat16), torch.tensor(0.5))
     want = torch.mm(a, w)
-    for policy in ("swap", "recompute"):
-        with pyalloc.recompute(min_bytes=0, policy=policy, prefetch=0) as reg:
+    # Under recompute with spill off nothing could bring it back: no node.
+    for policy, spill in (("swap", True), ("recompute", True), ("recompute", False)):
+        with pyalloc.recompute(min_bytes=0, policy=policy, prefetch=0, spill=spill) as reg:
             out = torch.mm(a, w)                 # plain: the subclass upcast it
             assert type(out) is torch.Tensor and torch.equal(out, want)
             node = reg.node_of(out)
-            if policy == "recompute":
+            if not spill:
                 assert node is None
                 continue
             assert node is not None
