@@ -10,8 +10,9 @@ connections keep the encoder's activations alive until the decoder concatenates 
 ``inplace_mlp`` is the case eviction cannot help: every third layer rescales its output in
 place ten times, a chain too long for the registry to replay, so those activations are
 frozen — under ``recompute`` with ``spill`` off they stay on the device, and only
-compaction can move them (with it on, the default, they can also leave through host memory). ``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's shape) and ``unet_gpu`` are the
-GPU-sized ones.
+compaction can move them (with it on, the default, they can also leave through host
+memory). ``resnet50`` (torchvision), ``gpt2`` (GPT-2 small's shape) and ``unet_gpu`` are
+the GPU-sized ones.
 
 A :class:`~pyalloc.bench.tasks.Task` knows how to build its model and a batch, so a
 benchmark can vary the batch size and nothing else. ``TASKS`` holds these and the zoo's

@@ -181,10 +181,11 @@ double Registry::eviction_cost_locked(const Node* node) const {
 // budget was twice its floor for it. With spill on (the default since the thirty-first
 // session, 2026-11-29) both leave as copies in the host pool instead (route kSwap), priced
 // at kRelocatePenalty times their bytes so the engine takes anything recomputable first;
-// they come back with one copy, as under swap, bit for bit. The pool is allocated at the first spill (Note [A host
-// pool made at first use] in allocator/src/swap.cpp), so a program that never spills
-// holds no host memory. When the pool has no room, a victim too dear to replay is dropped
-// after all, as it is with spill off. Measured (tools/bench_remat.py, the zoo, window,
+// they come back with one copy, as under swap, bit for bit. The pool is made at the first
+// spill and grows as it is used (Note [A host pool made at first use] in
+// allocator/src/swap.cpp), so a program that never spills holds no host memory. When the
+// pool has no room, a victim too dear to replay is dropped after all, as it is with spill
+// off. Measured (tools/bench_remat.py, the zoo, window,
 // least budget as a fraction of the peak, spill off -> on): BERT 0.403 -> 0.302, ViT 0.184
 // -> 0.165, DenseNet 0.391 -> 0.373, CNN 0.258 -> 0.217, transformer 0.239 -> 0.202; the
 // other nine the same. Of the user programs that ran out of memory under recompute at 0.4
