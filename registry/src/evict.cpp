@@ -105,8 +105,9 @@ bool Registry::try_mark_locked(Node* node) {
   // set_evictable overwrites an earlier mark: it also updates the cost.
   const auto& api = engine_api::api();
   // Note [A restore needs its dead lineage's memory]: such a node is a victim of last resort.
-  const auto set = !can_relocate_ && replay_too_dear(node) ? api.set_last_resort_evictable
-                                                            : api.set_evictable;
+  const auto set = (!can_relocate_ || node->spill_refused) && replay_too_dear(node)
+                       ? api.set_last_resort_evictable
+                       : api.set_evictable;
   if (set(engine_, ptr, node->handle, eviction_cost_locked(node)) == 0) {
     node->marked = true;
     node->last_tick = ++ticks_;
@@ -158,7 +159,9 @@ void Registry::unpin_locked(Node* node) {
 double Registry::eviction_cost_locked(const Node* node) const {
   // What evicting costs later, in the cost model's unit: the recompute, or moving the
   // bytes (out and back, or only back when the host copy is clean).
-  if (!can_relocate_ || (!can_swap_ && node->lineage() && !replay_too_dear(node))) return node->cost;
+  if (!can_relocate_ ||
+      (!can_swap_ && node->lineage() && (!replay_too_dear(node) || node->spill_refused)))
+    return node->cost;
   double moved = static_cast<double>(node->clean ? node->nbytes : 2 * node->nbytes);
   if (settings_.cost == CostModel::kTime) moved = moved / std::max(copy_bw_, 1.0) * 1e9;
   if (!can_swap_) return moved * kRelocatePenalty;  // recompute with relocation: last
@@ -184,8 +187,11 @@ double Registry::eviction_cost_locked(const Node* node) const {
 // they come back with one copy, as under swap, bit for bit. The pool is made at the first
 // spill and grows as it is used (Note [A host pool made at first use] in
 // allocator/src/swap.cpp), so a program that never spills holds no host memory. When the
-// pool has no room, a victim too dear to replay is dropped after all, as it is with spill
-// off. Measured (tools/bench_remat.py, the zoo, window,
+// pool has no room for a victim too dear to replay, it stays, offered to the engine again
+// at once as a victim of last resort (spill_refused), dropped only where the alternative
+// is an out-of-memory error, as with spill off. Dropping it at once instead (an earlier form) took
+// `selective_ckpt` under recompute at 0.4 of its peak from training to an out-of-memory
+// error 27 replays deep, its pool full. Measured (tools/bench_remat.py, the zoo, window,
 // least budget as a fraction of the peak, spill off -> on): BERT 0.403 -> 0.302, ViT 0.184
 // -> 0.165, DenseNet 0.391 -> 0.373, CNN 0.258 -> 0.217, transformer 0.239 -> 0.202; the
 // other nine the same. Of the user programs that ran out of memory under recompute at 0.4
@@ -204,7 +210,7 @@ double Registry::eviction_cost_locked(const Node* node) const {
 Registry::Route Registry::route_locked(Node* node, bool eager) {
   if (node->clean) return Route::kFree;
   if (!node->lineage()) return can_relocate_ ? Route::kSwap : Route::kNone;
-  if (can_relocate_ && replay_too_dear(node)) return Route::kSwap;
+  if (can_relocate_ && replay_too_dear(node) && !node->spill_refused) return Route::kSwap;
   if (settings_.policy == Policy::kRecompute || eager) return Route::kDrop;  // eager: a copy would likely be wasted
   if (settings_.policy == Policy::kSwap) return Route::kSwap;
   // Hybrid (Capuchin): swap when both copies hide in the compute between the last forward
@@ -256,10 +262,11 @@ bool Registry::evict_locked(Node* node, bool eager) {
   Route route = route_locked(node, eager);
   if (route == Route::kNone) return false;
   if (route == Route::kSwap && !swap_out_locked(node)) {
-    // No room for a copy. Under recompute a victim too dear to replay is dropped, as it
-    // is with spill off, where the engine takes it only as a last resort (Note [Spilling
-    // under recompute]).
-    if (!node->lineage() || (can_swap_ && replay_too_dear(node))) return false;
+    // No room for a copy. Under recompute a victim too dear to replay stays, and is
+    // offered again as a victim of last resort, to be dropped as with spill off (Note
+    // [Spilling under recompute]; evict() re-marks it).
+    if (!can_swap_ && node->lineage() && replay_too_dear(node)) node->spill_refused = true;
+    if (!node->lineage() || replay_too_dear(node)) return false;
     route = Route::kDrop;
   }
   free_data_locked(node, s.get());
@@ -279,8 +286,14 @@ std::size_t Registry::evict(const std::uint64_t* handles, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     Node* node = find_locked(handles[i]);
     if (!node) continue;  // forgotten meanwhile
-    if (evict_locked(node, /*eager=*/false)) ++done;
-    else node->marked = false;  // the engine dropped it from its set; offered again later
+    if (evict_locked(node, /*eager=*/false)) {
+      ++done;
+    } else {
+      node->marked = false;  // the engine dropped it from its set; offered again later
+      // Too dear to replay, and the pool had no room: offered again at once, as a victim
+      // of last resort (Note [Spilling under recompute]). The engine calls out unlocked.
+      if (node->spill_refused) mark_locked(node);
+    }
   }
   counters_.evictions += static_cast<std::int64_t>(done);
   if (last_evict_sweep_ != counters_.ops) {  // memory is short: unused storages go too

@@ -270,6 +270,9 @@ struct Node {
   bool clean = false;             // that copy equals the contents (no write since)
   bool arriving = false;          // resident, but the swap-in may still be in flight
   bool prefetched = false;        // brought back ahead of use, not used yet
+  // Recompute with spill: too dear to replay, and the pool had no room for it; a victim of
+  // last resort from then on (Note [Spilling under recompute] in evict.cpp).
+  bool spill_refused = false;
   bool bwd_seen = false;          // backward has used it this iteration
   std::uint64_t iteration = 0;    // Registry::iterations_ when it was made
   std::int64_t ordinal = -1;      // creation index within the iteration (forward only)
