@@ -318,6 +318,13 @@ def test_a_gradient_bound_for_a_grad_is_a_victim_of_last_resort():
     run_unit("remat_units", "a_gradient_bound_for_a_grad_is_a_victim_of_last_resort")
 
 
+@pytest.mark.parametrize("unit", ["a_victim_too_dear_to_replay_spills",
+                                  "a_victim_too_dear_to_replay_that_the_pool_refuses_stays"])
+def test_a_victim_too_dear_to_replay_spills_unless_the_pool_has_no_room(unit):
+    # Note [Spilling under recompute] in registry/src/evict.cpp.
+    run_unit("remat_units", unit)
+
+
 def test_deaths_in_separate_batches_charge_what_one_walk_would():
     # Note [Charging a batch of deaths] in registry/src/liveness.cpp: frontiers outlive
     # their batch.

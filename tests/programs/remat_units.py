@@ -404,6 +404,55 @@ def a_gradient_bound_for_a_grad_is_a_victim_of_last_resort() -> None:
     assert seen == {"weight grad": True, "activation grad": True}, seen
 
 
+def _spill_a_gradient_bound_for_grad(**options):
+    """Evicts head.weight's gradient inside the backward pass that makes it; returns what
+    evict() did, the node's state after, the registry's stats and the gradient."""
+    torch.manual_seed(0)
+    first, head = torch.nn.Linear(256, 512), torch.nn.Linear(512, 1024)   # head.weight: 2 MiB
+    x = torch.randn(512, 256)
+
+    seen = {}
+    with pyalloc.recompute(min_bytes=0, **options) as reg:
+        pre = torch.relu(first(x))
+
+        def hook(grad):
+            node = reg.node_of(head.weight.grad)   # stolen by AccumulateGrad, in the pass
+            assert node is not None and node.last_resort, node
+            seen["evicted"] = reg.evict([node.handle])
+            seen["after"] = (node.evicted, node.marked)
+            return grad
+
+        pre.register_hook(hook)
+        head(pre).logsumexp(1).mean().backward()
+        stats = reg.stats()
+    return seen, stats, head.weight.grad.clone()
+
+
+def a_victim_too_dear_to_replay_spills() -> None:
+    # Note [Spilling under recompute] in registry/src/evict.cpp: a gradient bound for .grad
+    # (too dear to replay: its replay runs back through the pass) leaves as a host copy with
+    # spill on, and comes back bit for bit; with spill off it is dropped and replayed.
+    want = _spill_a_gradient_bound_for_grad(spill=False)
+    assert want[0] == {"evicted": 1, "after": (True, False)}, want[0]
+    assert want[1].get("swap_outs", 0) == 0 and want[1]["recomputes"] > 0, want[1]
+    assert pyalloc._engine(None).stats()["host_pool_bytes"] == 0   # no pool made
+    spilled = _spill_a_gradient_bound_for_grad()   # the default pool, made now
+    assert spilled[0] == {"evicted": 1, "after": (True, False)}, spilled[0]
+    assert spilled[1]["swap_outs"] == 1 and spilled[1]["swap_ins"] == 1, spilled[1]
+    assert torch.equal(spilled[2], want[2])
+
+
+def a_victim_too_dear_to_replay_that_the_pool_refuses_stays() -> None:
+    # Where the pool has no room for it, it stays, offered to the engine again as a victim
+    # of last resort (spill_refused), and still comes back bit for bit. (A process of its
+    # own: an engine keeps the first host pool it makes.)
+    want = _spill_a_gradient_bound_for_grad(spill=False)
+    refused = _spill_a_gradient_bound_for_grad(host_pool=1 << 20)   # no room for 2 MiB
+    assert refused[0] == {"evicted": 0, "after": (False, True)}, refused[0]
+    assert refused[1]["swap_outs"] == 0 and refused[1]["swap_fallbacks"] == 1, refused[1]
+    assert torch.equal(refused[2], want[2])
+
+
 def deaths_in_separate_batches_charge_what_one_walk_would() -> None:
     # Note [Charging a batch of deaths]: a death walks to the frontier an earlier death left,
     # in an earlier batch too, and a frontier node that died since is walked into. Each
@@ -2114,6 +2163,8 @@ if __name__ == "__main__":
           what_a_subclass_op_returns_inside_leaves_under_swap_and_comes_back,
           a_batch_norm_applied_twice_keeps_both_outputs_recomputable,
           a_gradient_bound_for_a_grad_is_a_victim_of_last_resort,
+          a_victim_too_dear_to_replay_spills,
+          a_victim_too_dear_to_replay_that_the_pool_refuses_stays,
           deaths_in_separate_batches_charge_what_one_walk_would,
           a_charge_reaching_an_unnoticed_death_still_charges_the_rest,
           a_replay_thousands_deep_fits_a_small_thread_stack,
