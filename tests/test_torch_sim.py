@@ -54,6 +54,9 @@ def test_second_install_and_auto_notice():
     (dict(max_split_size="12 parsecs"), "expected a size such as"),
     (dict(check_invariants="maybe"), "expected true or false"),
     (dict(max_split_size="1,2"), "',' and ':' are not allowed"),
+    (dict(device="cpu", policy="recompute", spill=False, host_pool="1GiB"),
+     "host_pool is 1073741824 bytes but spill is false.*leave host_pool unset"),
+    (dict(spill="sometimes"), "expected true or false"),
 ])
 def test_bad_install_arguments_raise_before_installing(kwargs, match):
     with pytest.raises(ValueError, match=match):
