@@ -187,10 +187,10 @@ SwapSlot* Engine::find_slot_locked(std::uint64_t slot, const char* what, Status*
 
 std::string Engine::host_pool_report_locked() const {
   return "host pool " + format_bytes(host_pool_.used()) + " used of " +
-         format_bytes(host_pool_.capacity()) +
-         (host_pool_chunk_ ? " (" + format_bytes(host_pool_committed_) + " of it usable so far)"
+         format_bytes(host_pool_.capacity()) + " (" +
+         (host_pool_chunk_ ? format_bytes(host_pool_committed_) + " of it usable so far, "
                            : std::string()) +
-         " (" + std::to_string(slots_.size()) + " swapped copies, largest free range " +
+         std::to_string(slots_.size()) + " swapped copies, largest free range " +
          format_bytes(host_pool_.largest_free()) + ")";
 }
 
