@@ -189,20 +189,22 @@ double Registry::eviction_cost_locked(const Node* node) const {
 // allocator/src/swap.cpp), so a program that never spills holds no host memory. When the
 // pool has no room for a victim too dear to replay, it stays, offered to the engine again
 // at once as a victim of last resort (spill_refused), dropped only where the alternative
-// is an out-of-memory error, as with spill off. Dropping it at once instead (an earlier form) took
-// `selective_ckpt` under recompute at 0.4 of its peak from training to an out-of-memory
-// error 27 replays deep, its pool full. Measured (tools/bench_remat.py, the zoo, window,
-// least budget as a fraction of the peak, spill off -> on): BERT 0.403 -> 0.302, ViT 0.184
-// -> 0.165, DenseNet 0.391 -> 0.373, CNN 0.258 -> 0.217, transformer 0.239 -> 0.202; the
-// other nine the same. Of the user programs that ran out of memory under recompute at 0.4
-// of their peaks, several train, bit-identical (BENCHMARKS.md).
+// is an out-of-memory error, as with spill off. Dropping it at once instead (an earlier
+// form) took `selective_ckpt` under recompute at 0.4 of its peak from training to an
+// out-of-memory error 27 replays deep, its pool full. Measured (tools/bench_remat.py, the
+// zoo, window, least budget as a fraction of the peak, spill off -> on): BERT 0.403 ->
+// 0.302, ViT 0.184 -> 0.165, DenseNet 0.391 -> 0.373, CNN 0.258 -> 0.217, transformer 0.239
+// -> 0.202; the other nine the same. Of the 75 user programs that ran out of memory under
+// recompute at 0.4 of their peaks, 17 train with the default pool, bit-identical, and the
+// 102 that trained still do (BENCHMARKS.md).
 //
 // Note [How large a spill pool]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The pool's default under recompute is as much as the budget, at most a sixteenth of the
 // host's RAM (pyalloc.registry.host_pool_size). Measured on the 23 user programs that ran
-// out of memory under recompute at 0.4 of their peaks and trained with a 256 MiB pool: with
-// a quarter of the budget 9 trained, with the budget itself 20. At the largest, their
+// out of memory under recompute at 0.4 of their peaks and trained with a 256 MiB pool (an
+// earlier form, the pool allocated whole at start): with a quarter of the budget 9
+// trained, with the budget itself 20. At the largest, their
 // pools' peak use was 0.3 to 5.4 times the budget (clean copies kept while there is room
 // count too). A sixteenth of the RAM bounds what one process pins on a host whose GPUs
 // each run one.
