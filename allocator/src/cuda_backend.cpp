@@ -378,7 +378,7 @@ class CudaBackend final : public Backend {
   // from it are DMA as from host_alloc's. Without the two entry points (a driver older
   // than CUDA 4.0), the whole pool is pinned at once.
   void* host_reserve(std::size_t bytes) override {
-    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return host_alloc(bytes);
+    if (!can_register()) return host_alloc(bytes);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -390,7 +390,7 @@ class CudaBackend final : public Backend {
   }
 
   bool host_commit(void* base, std::size_t offset, std::size_t bytes) override {
-    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return true;  // pinned whole
+    if (!can_register()) return true;  // pinned whole
     ContextGuard guard(d_, ctx_);
     return check(d_.cuMemHostRegister_v2(static_cast<char*>(base) + offset, bytes,
                                          CU_MEMHOSTREGISTER_PORTABLE),
@@ -400,7 +400,7 @@ class CudaBackend final : public Backend {
   void host_unreserve(void* base, std::size_t bytes, std::size_t chunk,
                       std::size_t committed) override {
     if (base == nullptr) return;
-    if (!d_.cuMemHostRegister_v2 || !d_.cuMemHostUnregister) return host_free(base, bytes);
+    if (!can_register()) return host_free(base, bytes);
     {
       ContextGuard guard(d_, ctx_);
       for (std::size_t at = 0; at < committed; at += chunk)
@@ -410,6 +410,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Whether host memory can be pinned piece by piece (the two optional entry points).
+  bool can_register() const { return d_.cuMemHostRegister_v2 && d_.cuMemHostUnregister; }
+
   // StreamId 0 becomes a null CUstream, which the unsuffixed entry points we load read as
   // the legacy default stream (See Note [Loading the driver with dlsym]).
   static CUstream as_stream(StreamId s) { return reinterpret_cast<CUstream>(s); }

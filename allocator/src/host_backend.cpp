@@ -25,6 +25,14 @@ std::string errno_text(const char* call) {
   return std::string(call) + " failed: " + std::strerror(errno);
 }
 
+// Takes one of the injected failures `failing` counts (test hooks), if any is left.
+bool take_injected_failure(std::atomic<unsigned>& failing) {
+  unsigned left = failing.load();
+  while (left > 0 && !failing.compare_exchange_weak(left, left - 1)) {
+  }
+  return left > 0;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -493,10 +501,7 @@ void HostBackend::synchronize_device() {
 
 bool HostBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind,
                                StreamId stream) {
-  unsigned failing = failing_copies_.load();
-  while (failing > 0 && !failing_copies_.compare_exchange_weak(failing, failing - 1)) {
-  }
-  if (failing > 0) {
+  if (take_injected_failure(failing_copies_)) {
     set_error("memcpy_async of " + std::to_string(bytes) + " bytes failed: injected copy "
               "failure (test hook pyalloc_sim_fail_copies)");
     return false;
@@ -525,10 +530,7 @@ void HostBackend::host_free(void* ptr, std::size_t bytes) {
 }
 
 bool HostBackend::host_commit(void* /*base*/, std::size_t offset, std::size_t bytes) {
-  unsigned failing = failing_commits_.load();
-  while (failing > 0 && !failing_commits_.compare_exchange_weak(failing, failing - 1)) {
-  }
-  if (failing > 0) {
+  if (take_injected_failure(failing_commits_)) {
     set_error("host_commit of " + std::to_string(bytes) + " bytes at offset " +
               std::to_string(offset) + " failed: injected failure (test hook "
               "pyalloc_sim_fail_host_commits)");
