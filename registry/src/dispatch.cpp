@@ -111,13 +111,20 @@ class HearAutogradLayer {
   int was_;
 };
 
-// Whether `t` (or the base it views) has a tangent at some forward AD level.
+// Whether `t` (or the base it views) has a tangent at some forward AD level. Asked of
+// every tensor an op reads, so the autograd metadata is read once: a tensor without it has
+// no tangent and is no view, and only a view's (`is_view_`) asks for its base, through
+// TensorBase::is_view, a virtual call into libtorch (about 40 instructions an op on the
+// worst-case chain when it was asked of every tensor).
 bool has_tangent(const at::Tensor& t) {
-  const auto with = [](const at::TensorBase& x) {
-    const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(x);
+  const auto with = [](const torch::autograd::AutogradMeta* meta) {
     return meta && meta->fw_grad_ && !meta->fw_grad_->empty();
   };
-  return with(t) || (t.is_view() && with(t._base()));
+  const torch::autograd::AutogradMeta* meta = torch::autograd::impl::get_autograd_meta(t);
+  if (!meta) return false;
+  if (with(meta)) return true;
+  return meta->is_view_ && t.is_view() &&
+         with(torch::autograd::impl::get_autograd_meta(t._base()));
 }
 
 bool from_autograd_layer() {
