@@ -13,6 +13,7 @@ import pytest
 
 import pyalloc
 from conftest import run_program
+from memory_patterns import segment_of
 from pyalloc import Engine, OutOfMemoryError, PyallocError
 
 KiB = 1 << 10
@@ -154,6 +155,54 @@ def test_an_out_of_memory_report_counts_victims_of_last_resort():
     with pytest.raises(OutOfMemoryError, match="evictable 2.00 MiB in 1 blocks"):
         e.alloc(4 * MiB)
     assert not reg.calls and 1 in reg.ptrs
+    reg.close(*kept)
+
+
+def small_segment_with_a_window(strategy: str, refuse: bool = False):
+    """A 4 MiB budget spent on one small segment and one large: the small one holds a block
+    that cannot leave, three evictable 512 KiB blocks, another that cannot leave and a
+    128 KiB hole; the large one a 2 MiB block that cannot leave."""
+    e = Engine("host", budget="4MiB", evict_strategy=strategy)
+    reg = FakeRegistry(e)
+    reg.refuse = refuse
+    head = e.alloc(128 * KiB)
+    window = [reg.add(512 * KiB, cost=1.0 + i, handle=i + 1) for i in range(3)]
+    tail = e.alloc(256 * KiB)
+    large = e.alloc(2 * MiB)
+    assert {segment_of(e, p)["address"] for p in (head, *window, tail)} == {segment_of(e, head)["address"]}
+    assert segment_of(e, head)["segment_type"] == "small" and segment_of(e, large)["segment_type"] == "large"
+    assert e.stats()["reserved_bytes.all.current"] == 4 * MiB
+    return e, reg, [head, tail, large], window
+
+
+@pytest.mark.parametrize("strategy", ["dtr", "dte", "window"])
+def test_a_large_request_evicts_a_window_of_a_small_segment_when_nothing_else_serves(strategy):
+    # Note [Evicting to lend] (allocator/src/reclaim.cpp): no segment can be emptied, no
+    # chunk cleared, the large pool holds nothing evictable and no small-segment hole holds
+    # 1.25 MiB, but three evictable 512 KiB blocks lie together in the small segment. The
+    # request evicts them and takes their place rather than fail; the window strategy,
+    # whose plans keep to the request's pool, needs the rung for it (dtr and dte choose
+    # victims anywhere, and the lend rung then finds the hole).
+    e, reg, kept, window = small_segment_with_a_window(strategy)
+    lent = e.alloc(1280 * KiB)
+    stats = e.stats()
+    assert stats["num_ooms"] == 0 and stats["rung.lend"] == 1
+    assert segment_of(e, lent)["segment_type"] == "small" and lent == window[0]
+    assert stats["rung.evict_to_lend"] == (1 if strategy == "window" else 0)
+    assert sorted(h for call in reg.calls for h in call) == [1, 2, 3]
+    e.check_invariants()
+    reg.close(lent, *kept)
+
+
+def test_evicting_to_lend_ends_in_a_clean_out_of_memory_error_when_nothing_leaves():
+    # A registry that evicts nothing: the window's blocks are offered once (they leave the
+    # evictable set when chosen), then the request fails as before the rung.
+    e, reg, kept, window = small_segment_with_a_window("window", refuse=True)
+    with pytest.raises(OutOfMemoryError, match="out of memory"):
+        e.alloc(1280 * KiB)
+    assert e.stats()["rung.evict_to_lend"] == 1 and e.stats()["num_ooms"] == 1
+    assert reg.calls[-1] == [1, 2, 3]
+    e.check_invariants()
     reg.close(*kept)
 
 

@@ -72,8 +72,9 @@ namespace {
 // The cheapest contiguous run holding `rounded` bytes in any segment of the request's
 // pool. Two pointers per run of usable blocks: costs are non-negative, so for each right
 // end the left end moves right while the window still holds the request.
+// `stitched`: stitched ranges (the large pool's) are windows too.
 EvictPlan plan_window(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
-                      std::uint64_t clock) {
+                      std::uint64_t clock, bool stitched = true) {
   Block* best_first = nullptr;
   Block* best_last = nullptr;
   double best_cost = std::numeric_limits<double>::infinity();
@@ -106,6 +107,7 @@ EvictPlan plan_window(const Pool& pool, std::size_t rounded, PoolKind kind, Stre
   // whenever a stitched range exists). Without this, memory in stitched ranges could never
   // be reclaimed by eviction.
   for (const auto& kv : pool.stitched()) {
+    if (!stitched) break;
     Block* b = kv.second->first;
     if (!evictable(b) || b->stream != stream || b->size < rounded) continue;
     const double cost = window_cost(b, clock);
@@ -244,6 +246,10 @@ EvictPlan plan_in_place(const Pool& pool, std::size_t rounded, PoolKind kind, St
   EvictPlan plan = plan_window(pool, rounded, kind, stream, clock);
   if (plan.victims.empty() && kind == PoolKind::kSmall) return plan_borrow(pool, rounded, stream, clock);
   return plan;
+}
+
+EvictPlan plan_lend(const Pool& pool, std::size_t rounded, StreamId stream, std::uint64_t clock) {
+  return plan_window(pool, rounded, PoolKind::kSmall, stream, clock, /*stitched=*/false);
 }
 
 EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t rounded,

@@ -70,6 +70,11 @@ EvictPlan plan_eviction(const Pool& pool, EvictStrategy strategy, std::size_t ro
 EvictPlan plan_in_place(const Pool& pool, std::size_t rounded, PoolKind kind, StreamId stream,
                         std::uint64_t clock);
 
+// The cheapest window of free and evictable blocks inside one small-pool segment that then
+// holds a large request of at most a small segment's size, whatever the strategy (Note
+// [Evicting to lend] in reclaim.cpp). Empty when no small segment would.
+EvictPlan plan_lend(const Pool& pool, std::size_t rounded, StreamId stream, std::uint64_t clock);
+
 // Victims totalling at least `bytes`, cheapest by DTR's heuristic (proactive eviction).
 EvictPlan plan_reduction(const Pool& pool, std::size_t bytes, std::uint64_t clock);
 

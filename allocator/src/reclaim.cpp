@@ -46,6 +46,8 @@
 //                    bounded time.
 //   lend             a large request of at most a small segment's size takes a hole of a
 //                    small-pool segment: Note [Lending the small pool's holes].
+//   evict_to_lend    no such hole: evict the cheapest window inside a small-pool segment
+//                    that then holds it, and climb again (Note [Evicting to lend]).
 //
 // Under the window strategy the ladder is kLadderInPlace: any_class, borrow and
 // evict_in_place come before the rungs that map and unmap (Note [Evicting in place]),
@@ -93,6 +95,23 @@
 // requests after it cannot use, and the rungs before it keep the pools apart wherever they
 // can. The rung only turns failures into allocations (rung.lend counts them); the block
 // is the small pool's from then on, and its free returns it there.
+
+// Note [Evicting to lend]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The lend rung takes a hole that is already free. Where the small tensors are evictable
+// but every small segment also holds a few that cannot leave (tensors below min_evictable,
+// a factory's output, an optimizer's step counter), no hole is large enough, no small
+// segment ever empties for the grow rung, and no 2 MiB chunk can be cleared for stitching:
+// the evict rung's plans (a window in the request's pool, whole segments, clearable chunks)
+// find nothing, however much is evictable. A Tacotron-style decoder (49 per-timestep
+// attention and LSTM states of 25-200 KiB beside 512-byte ones,
+// tools/user_programs/tacotron_attention) ran out of memory under all three policies at
+// 0.5 of its peak asking for 1.56 MiB, with 33 MiB evictable in 719 blocks and runs of free
+// and evictable bytes of 1.8-2.0 MiB inside small segments. So, after lend, a large request
+// that fits in a small segment evicts the cheapest window of free and evictable blocks
+// inside one small-pool segment (the window strategy's cost, whatever the strategy; victims
+// of last resort only when no ordinary window holds it) and climbs again; lend then takes
+// the hole. Last, as lend is: the small requests after it lose that window.
 
 // Note [Long-lived requests do not borrow]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -142,14 +161,14 @@ constexpr Rung kLadder[] = {
     Rung::cached,        Rung::stitch_first, Rung::grow,     Rung::fence,
     Rung::stitch_cached, Rung::release,      Rung::any_class, Rung::borrow,
     Rung::stitch_map_rest, Rung::evict,      Rung::compact,  Rung::evict_to_compact,
-    Rung::evict_last_resort, Rung::wait,     Rung::lend,
+    Rung::evict_last_resort, Rung::wait,     Rung::lend,  Rung::evict_to_lend,
 };
 constexpr Rung kLadderInPlace[] = {
     Rung::cached,    Rung::stitch_first,   Rung::grow,          Rung::fence,
     Rung::any_class, Rung::borrow,         Rung::evict_in_place, Rung::stitch_cached,
     Rung::release,   Rung::any_class,      Rung::borrow,        Rung::stitch_map_rest,
     Rung::evict,     Rung::compact,        Rung::evict_to_compact, Rung::evict_last_resort,
-    Rung::wait,      Rung::lend,
+    Rung::wait,      Rung::lend,           Rung::evict_to_lend,
 };
 // Requests routed to a graph pool, and every request while a capture is underway: no
 // synchronization, no unmapping, no eviction (Note [Graph pools] in block.h).
@@ -500,6 +519,22 @@ Engine::Climbed Engine::rung_lend_locked(Climb& c) {
   // segment: a persistent one keeps to its own segments, a small one has the borrow rung.
   if (c.kind != PoolKind::kLarge || c.rounded > kSmallSegment) return Climbed::kPassed;
   return found(c, find_cached_locked(c.rounded, c.stream, PoolKind::kSmall, SegmentClass::kAny));
+}
+
+Engine::Climbed Engine::rung_evict_to_lend_locked(Climb& c) {
+  // Note [Evicting to lend]: what the lend rung would take, once a window is evicted.
+  if (c.kind != PoolKind::kLarge || c.rounded > kSmallSegment) return Climbed::kPassed;
+  if (!t_may_evict || !evict_callback_ || c.round >= kMaxEvictRounds) return Climbed::kPassed;
+  EvictPlan plan = plan_lend(pool_, c.rounded, c.stream, clock_);
+  if (plan.victims.empty()) {
+    LastResortVictims all;
+    plan = plan_lend(pool_, c.rounded, c.stream, clock_);
+  }
+  if (plan.victims.empty()) return Climbed::kPassed;
+  std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
+  watch_for_thrash_locked(handles);
+  evict_unlocked(*c.lock, handles);
+  return Climbed::kAgain;
 }
 
 // --- what the rungs use ---

@@ -22,7 +22,8 @@ namespace pyalloc {
   X(evict_to_compact, "times evictions made room for the compact rung to move what cannot leave, then the ladder climbed again") \
   X(evict_last_resort, "times victims of last resort were evicted (every other rung had failed), then the ladder climbed again") \
   X(wait, "times a request waited for other threads' evictions, then climbed again")       \
-  X(lend, "large requests (at most a small segment) served from a hole of a small-pool segment, every other rung having failed")
+  X(lend, "large requests (at most a small segment) served from a hole of a small-pool segment, every other rung having failed") \
+  X(evict_to_lend, "times a window inside a small-pool segment was evicted for a large request no other rung served, which the lend rung then took")
 
 enum class Rung : int {
 #define PYALLOC_RUNG_ENUM(name, doc) name,
