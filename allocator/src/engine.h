@@ -299,6 +299,9 @@ class Engine {
   // Proactive eviction after a successful allocation (evict_threshold).
   std::vector<std::uint64_t> plan_proactive_locked();
   std::vector<std::uint64_t> take_victims_locked(const EvictPlan& plan, bool proactive);
+  // A rung's plan taken (take_victims_locked) and watched by the thrash guard; empty for an
+  // empty plan.
+  std::vector<std::uint64_t> take_and_watch_locked(const EvictPlan& plan);
   // Window rounds' victims, for the thrash guard when it is on (Note [Thrash guard]).
   void watch_for_thrash_locked(const std::vector<std::uint64_t>& handles);
   // Hands `victims` to the registry with `lock` dropped, counted in evicting_ meanwhile.

@@ -530,10 +530,9 @@ Engine::Climbed Engine::rung_evict_to_lend_locked(Climb& c) {
     LastResortVictims all;
     plan = plan_lend(pool_, c.rounded, c.stream, clock_);
   }
-  if (plan.victims.empty()) return Climbed::kPassed;
-  std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  watch_for_thrash_locked(handles);
-  evict_unlocked(*c.lock, handles);
+  std::vector<std::uint64_t> victims = take_and_watch_locked(plan);
+  if (victims.empty()) return Climbed::kPassed;
+  evict_unlocked(*c.lock, victims);
   return Climbed::kAgain;
 }
 
@@ -594,17 +593,17 @@ std::vector<std::uint64_t> Engine::take_victims_locked(const EvictPlan& plan, bo
 std::vector<std::uint64_t> Engine::plan_eviction_locked(std::size_t rounded, StreamId stream,
                                                         PoolKind kind) {
   if (!evict_callback_) return {};
-  EvictPlan plan = plan_eviction(pool_, options_.evict_strategy, rounded, kind, stream, clock_,
-                                 headroom_locked(), backend_->granularity(), stitches(kind));
-  if (plan.victims.empty()) return {};
-  std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
-  watch_for_thrash_locked(handles);
-  return handles;
+  return take_and_watch_locked(plan_eviction(pool_, options_.evict_strategy, rounded, kind,
+                                             stream, clock_, headroom_locked(),
+                                             backend_->granularity(), stitches(kind)));
 }
 
 std::vector<std::uint64_t> Engine::plan_in_place_locked(std::size_t rounded, StreamId stream,
                                                          PoolKind kind) {
-  EvictPlan plan = plan_in_place(pool_, rounded, kind, stream, clock_);
+  return take_and_watch_locked(plan_in_place(pool_, rounded, kind, stream, clock_));
+}
+
+std::vector<std::uint64_t> Engine::take_and_watch_locked(const EvictPlan& plan) {
   if (plan.victims.empty()) return {};
   std::vector<std::uint64_t> handles = take_victims_locked(plan, /*proactive=*/false);
   watch_for_thrash_locked(handles);
